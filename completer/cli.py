@@ -1,0 +1,135 @@
+"""`completer ...`: one completion from a file position or a raw prompt, and the engine service."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+
+class UsageError(Exception):
+    """Bad input from the user: one line on stderr, exit code 2."""
+
+
+def _engine_args(ap: argparse.ArgumentParser) -> None:
+    g = ap.add_argument_group("models and decoding (same names as the LSP initializationOptions)")
+    g.add_argument("--target", help="target model: HF model directory or hub id (default: embedded pair)")
+    g.add_argument("--draft", help="draft model sharing the target's tokenizer (default: embedded pair)")
+    g.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
+    g.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    g.add_argument("--quant", default="none", help="target quantization: none | int8 | nf4 | mixed")
+    g.add_argument("--drafter", default="combined", help="combined | model | ngram | fastpath | none")
+    g.add_argument("--draft-len", type=int, default=4, help="initial draft length k (adapted)")
+    g.add_argument("--max-new-tokens", type=int, default=64)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--greedy", action="store_true", help="greedy decoding (temperature 0)")
+    g.add_argument("--no-speculative", action="store_true", help="plain decoding, no drafter")
+    g.add_argument("--kv-budget-mb", type=float, default=256.0)
+    g.add_argument("--seed", type=int, default=0)
+
+
+def engine_config(a: argparse.Namespace):
+    from .engine.engine import EngineConfig
+
+    return EngineConfig(
+        target=a.target, draft=a.draft, device=a.device, dtype=a.dtype, quant=a.quant,
+        drafter="none" if a.no_speculative else a.drafter, draft_len=a.draft_len,
+        max_new_tokens=a.max_new_tokens, temperature=0.0 if a.greedy else a.temperature,
+        top_p=a.top_p, kv_budget_mb=a.kv_budget_mb, seed=a.seed)
+
+
+def read_source_file(path: str) -> str:
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"file not found: {path}") from None
+    except IsADirectoryError:
+        raise UsageError(f"is a directory, not a file: {path}") from None
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror}") from None
+    if b"\x00" in data[:8192]:
+        raise UsageError(f"{path} looks binary (NUL bytes); only text files can be completed")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path} is not UTF-8 (byte {e.start}); re-encode it as UTF-8") from None
+
+
+def split_at(text: str, line: int, col: int) -> tuple[str, str]:
+    """(prefix, suffix) at a 0-based line and column (in characters)."""
+    lines = text.split("\n")
+    if line < 0 or line >= len(lines):
+        raise UsageError(f"--line {line} is out of range: the file has {len(lines)} lines (0-based)")
+    if col < 0 or col > len(lines[line]):
+        raise UsageError(f"--col {col} is out of range: line {line} has {len(lines[line])} characters")
+    off = sum(len(ln) + 1 for ln in lines[:line]) + col
+    return text[:off], text[off:]
+
+
+def cmd_complete(a: argparse.Namespace) -> int:
+    from .engine.engine import Engine
+
+    if a.prompt_file is None and a.path is None:
+        raise UsageError("give a PATH with --line/--col, or --prompt-file")
+    if a.prompt_file is not None:
+        prompt_text = read_source_file(a.prompt_file)
+        engine = Engine(engine_config(a))
+        prompt = engine.tok.encode(prompt_text, add_special_tokens=False).ids
+        if not prompt:
+            raise UsageError(f"{a.prompt_file} is empty")
+        if len(prompt) + 1 > engine.ctx:
+            raise UsageError(f"prompt of {len(prompt)} tokens does not fit the model's context of {engine.ctx}")
+        from .engine.engine import Completion
+        ids, st = engine.complete_ids(prompt, max_new=a.max_new_tokens)
+        c = Completion(engine.decode(ids), ids, st, engine.cfg.drafter != "none")
+    else:
+        if a.line is None or a.col is None:
+            raise UsageError("--line and --col are required with PATH")
+        prefix, suffix = split_at(read_source_file(a.path), a.line, a.col)
+        engine = Engine(engine_config(a))
+        c = engine.complete(prefix, suffix, doc_key=str(Path(a.path).resolve()))
+    if a.json:
+        print(json.dumps(c.to_json()))
+    else:
+        print(c.text)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="completer", description="Code completion with speculative decoding.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("complete", help="complete at a file position, or continue a raw prompt")
+    c.add_argument("path", nargs="?", help="source file (with --line and --col)")
+    c.add_argument("--line", type=int, help="0-based line")
+    c.add_argument("--col", type=int, help="0-based column in characters")
+    c.add_argument("--prompt-file", help="raw prompt mode: continue this text (no syntax layer)")
+    c.add_argument("--json", action="store_true", help="print one JSON object")
+    _engine_args(c)
+    a = ap.parse_args(argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    _quiet_libraries()
+    from .engine.models import ModelError
+    try:
+        if a.cmd == "complete":
+            return cmd_complete(a)
+    except (UsageError, ModelError) as e:
+        print(f"completer: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _quiet_libraries() -> None:
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,136 @@
+"""Loading a target/draft pair: the embedded default or any HF causal LMs by path or hub id,
+with optional quantization of the target. Errors are `ModelError` with one clear sentence."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+QUANT_MODES = ("none", "int8", "nf4", "mixed")
+
+
+class ModelError(Exception):
+    """A model or tokenizer that cannot be used; the message is meant for the user."""
+
+
+@dataclass
+class Pair:
+    target: torch.nn.Module
+    draft: torch.nn.Module | None
+    tokenizer: object  # tokenizers.Tokenizer (Rust, fast)
+    target_name: str
+    draft_name: str | None
+    device: torch.device
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelError(f"--device {device}: CUDA is not available on this machine")
+    if device not in ("cpu",) and not device.startswith("cuda"):
+        raise ModelError(f"--device {device}: expected auto, cpu or cuda[:N]")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    table = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
+             "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float64": torch.float64}
+    if dtype == "auto":
+        # fp32 on CPU: without AVX-512/AMX (e.g. AVX2 EPYC) bf16 is emulated and ~20x slower.
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in table:
+        raise ModelError(f"--dtype {dtype}: expected auto, {', '.join(sorted(table))}")
+    return table[dtype]
+
+
+def _check_dir(name: str) -> None:
+    p = Path(name)
+    looks_local = p.is_absolute() or name.startswith((".", "~")) or p.exists() or name.count("/") != 1
+    if looks_local:
+        if not p.is_dir():
+            raise ModelError(f"model directory not found: {name}")
+        if not (p / "config.json").is_file():
+            raise ModelError(f"{name} is not a Hugging Face model directory (no config.json)")
+
+
+def load_tokenizer(name: str):
+    """The fast (Rust) tokenizer of a model directory or hub id."""
+    tj = Path(name) / "tokenizer.json"
+    try:
+        if tj.is_file():
+            from tokenizers import Tokenizer
+            return Tokenizer.from_file(str(tj))
+        from transformers import AutoTokenizer
+        return AutoTokenizer.from_pretrained(name).backend_tokenizer
+    except Exception as e:  # noqa: BLE001 - any loader failure is the user's model, say so plainly
+        raise ModelError(f"cannot load the tokenizer of {name}: {e}") from None
+
+
+def _quant_config(quant: str, dtype: torch.dtype):
+    if quant == "none":
+        return None
+    from transformers import BitsAndBytesConfig
+    if quant == "int8":
+        return BitsAndBytesConfig(load_in_8bit=True, llm_int8_threshold=6.0)
+    if quant == "nf4":
+        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                  bnb_4bit_compute_dtype=dtype)
+    raise ModelError(f"--quant {quant}: expected one of {', '.join(QUANT_MODES)}")
+
+
+def load_model(name: str, device: torch.device, dtype: torch.dtype, quant: str = "none"):
+    from transformers import AutoModelForCausalLM
+    try:
+        kw = {}
+        q = _quant_config(quant, dtype)
+        if q is not None:
+            kw = {"quantization_config": q, "device_map": str(device)}
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, **kw)
+    except ModelError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelError(f"cannot load model {name}: {first}") from None
+    if q is None:
+        model = model.to(device)
+    return model.eval()
+
+
+def same_vocab(a, b) -> bool:
+    return a.get_vocab_size() == b.get_vocab_size() and a.get_vocab() == b.get_vocab()
+
+
+def load_pair(target: str | None = None, draft: str | None = None, *, device: str = "auto",
+              dtype: str = "auto", quant: str = "none", use_draft: bool = True) -> Pair:
+    from draft_models import DEFAULT_DRAFT, DEFAULT_TARGET
+
+    if quant not in QUANT_MODES:
+        raise ModelError(f"--quant {quant}: expected one of {', '.join(QUANT_MODES)}")
+    if target is None and draft is None:
+        target, draft = str(DEFAULT_TARGET), str(DEFAULT_DRAFT)
+        if not (DEFAULT_TARGET / "config.json").is_file():
+            raise ModelError(f"the embedded model pair is missing from {DEFAULT_TARGET.parent}; "
+                             "rebuild it with `python -m draft_models.build`")
+    elif target is None:
+        raise ModelError("--draft needs --target (a draft must share the target's tokenizer)")
+    for name in (target, draft if use_draft else None):
+        if name is not None:
+            _check_dir(name)
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    tok = load_tokenizer(target)
+    dmodel = None
+    if draft is not None and use_draft:
+        dtok = load_tokenizer(draft)
+        if not same_vocab(tok, dtok):
+            raise ModelError(f"tokenizer mismatch: draft {draft} and target {target} do not share "
+                             "a vocabulary, so draft tokens cannot be verified")
+    tmodel = load_model(target, dev, dt, quant)
+    if draft is not None and use_draft:
+        dmodel = load_model(draft, dev, dt)
+    return Pair(tmodel, dmodel, tok, target, draft if use_draft else None, dev)

@@ -1,0 +1,131 @@
+"""The speculative decoding loop: drafter proposes k tokens, the target verifies them in one
+forward, rejection sampling keeps the target's distribution exactly (greedy: argmax match).
+
+The target runner's cache holds everything before `cur` (the newest token, not yet consumed);
+after a verify it is truncated to `cur` + the accepted drafts, so a rejection is a pointer move.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from draft_models.drafters import EMPTY, AdaptiveK, Drafter, Proposal, Sampling, warp
+
+
+def verify(logits: torch.Tensor, prop: Proposal, s: Sampling,
+           gen: torch.Generator | None = None) -> tuple[int, int]:
+    """logits [k+1, V] of the target over [cur] + draft → (accepted count n, next token)."""
+    k = len(prop.ids)
+    if s.greedy:
+        t = logits.argmax(-1)  # [k+1]
+        n = int((t[:k] == torch.tensor(prop.ids, dtype=t.dtype)).cumprod(0).sum()) if k else 0
+        return n, int(t[n])  # host sync: the loop needs n and the token
+    p = warp(logits, s)  # [k+1, V] target
+    if k == 0:
+        return 0, int(torch.multinomial(p[0], 1, generator=gen))
+    d = torch.tensor(prop.ids)
+    idx = torch.arange(k)
+    q = prop.probs if prop.probs is not None else torch.nn.functional.one_hot(d, p.shape[-1]).float()
+    u = torch.rand(k, generator=gen)
+    ok = u * q[idx, d] <= p[idx, d]  # accept with min(1, p/q)
+    n = int(ok.long().cumprod(0).sum())  # host sync: the number accepted
+    if n == k:
+        return n, int(torch.multinomial(p[k], 1, generator=gen))
+    r = (p[n] - q[n]).clamp_min(0)  # residual norm(max(p - q, 0))
+    r = r / r.sum() if r.sum() > 0 else p[n]
+    return n, int(torch.multinomial(r, 1, generator=gen))
+
+
+@dataclass
+class GenStats:
+    prompt_tokens: int = 0
+    prefill_tokens: int = 0        # prompt tokens actually computed (the rest came from the cache)
+    new_tokens: int = 0
+    target_forwards: int = 0       # verify steps (the prefill not counted)
+    proposed: int = 0
+    accepted: int = 0
+    accept_by_pos: list[int] = field(default_factory=lambda: [0] * 16)    # accepted at draft position i
+    proposed_by_pos: list[int] = field(default_factory=lambda: [0] * 16)
+    by_source: dict = field(default_factory=dict)  # source → [proposed, accepted]
+    ttft_ms: float = 0.0
+    prefill_ms: float = 0.0
+    total_ms: float = 0.0
+    stop_reason: str = ""
+
+    @property
+    def accepted_per_forward(self) -> float:
+        """τ: tokens gained per target verify forward (accepted drafts + the target's own token)."""
+        return (self.accepted + self.target_forwards) / self.target_forwards if self.target_forwards else 0.0
+
+
+def generate(target, prompt: list[int], max_new: int, sampling: Sampling,
+             drafter: Drafter | None = None, k: AdaptiveK | None = None,
+             eos_ids: frozenset[int] = frozenset(), stop: Callable[[list[int]], bool] | None = None,
+             cancel: threading.Event | None = None, on_tokens: Callable[[list[int]], None] | None = None,
+             gen: torch.Generator | None = None) -> tuple[list[int], GenStats]:
+    """Decode up to `max_new` tokens after `prompt` (ids exclude EOS). `stop(ids)` is asked after
+    every step; `cancel` is checked between steps; `on_tokens` gets each step's new ids."""
+    st = GenStats(prompt_tokens=len(prompt))
+    t0 = time.perf_counter()
+    feed = target.sync(prompt)  # the KV cache keeps the common prefix: prefill only the delta
+    st.prefill_tokens = len(feed)
+    logits = target.forward(feed)[-1:]  # [1, V]
+    st.prefill_ms = (time.perf_counter() - t0) * 1e3
+    _, cur = verify(logits, EMPTY, sampling, gen)
+    st.ttft_ms = (time.perf_counter() - t0) * 1e3
+    out: list[int] = []
+    new = [cur]
+    while True:
+        eos = next((i for i, t in enumerate(new) if t in eos_ids), None)
+        new = new[:eos][: max_new - len(out)]
+        out += new
+        if on_tokens is not None and new:
+            on_tokens(new)
+        if eos is not None:
+            st.stop_reason = "eos"
+            break
+        if len(out) >= max_new:
+            st.stop_reason = "length"
+            break
+        if stop is not None and stop(out):
+            st.stop_reason = "stop"
+            break
+        if cancel is not None and cancel.is_set():
+            st.stop_reason = "cancelled"
+            break
+        room = target.max_len - len(target.ids) - 1
+        if room <= 0:
+            st.stop_reason = "context"
+            break
+        kk = min(k.k if k else 0, max_new - len(out), room)
+        prop = drafter.propose(prompt + out, kk) if drafter is not None and kk > 0 else EMPTY
+        base = len(target.ids)
+        logits = target.forward([out[-1]] + prop.ids)  # [k+1, V]: one verify forward
+        n, nxt = verify(logits, prop, sampling, gen)
+        target.truncate(base + 1 + n)  # keep cur + accepted drafts; rejected rows are dead
+        new = prop.ids[:n] + [nxt]
+        st.target_forwards += 1
+        _count(st, prop, n, k)
+    del out[max_new:]
+    st.new_tokens = len(out)
+    st.total_ms = (time.perf_counter() - t0) * 1e3
+    return out, st
+
+
+def _count(st: GenStats, prop: Proposal, n: int, k: AdaptiveK | None) -> None:
+    kp = len(prop.ids)
+    st.proposed += kp
+    st.accepted += n
+    for i in range(min(kp, 16)):
+        st.proposed_by_pos[i] += 1
+        st.accept_by_pos[i] += i < n
+    if kp:
+        src = st.by_source.setdefault(prop.source, [0, 0])
+        src[0] += kp
+        src[1] += n
+    if k is not None:
+        k.update(kp, n)

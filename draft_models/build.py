@@ -1,0 +1,139 @@
+"""Rebuild the embedded model pair: `python -m draft_models.build [--preset tiny|default]`.
+
+Stages: tokenizer → target (FIM, cross-entropy) → draft (KL to the target) → export as HF model
+directories (safetensors, bf16) with the tokenizer in each. Seeded; logs to RUN_DIR/log.txt;
+each stage resumes from its checkpoint, so rerunning the same command continues a stopped run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from . import DEFAULT_DIR
+from .data import corpus_files, read_source
+from .tokenizer import save_hf_tokenizer, train_tokenizer
+from .train import ModelShape, SampleStream, TrainConfig, new_model, run_stage
+
+
+@dataclass(frozen=True)
+class Preset:
+    vocab_size: int
+    ctx: int                 # training sequence length = the models' context window
+    target: ModelShape
+    draft: ModelShape
+    target_train: TrainConfig
+    draft_train: TrainConfig
+    max_files: int | None    # None = the whole training split
+
+
+PRESETS = {
+    # Seconds on 2 cores: for tests of the recipe itself.
+    "tiny": Preset(
+        vocab_size=400, ctx=64,
+        target=ModelShape(hidden=64, layers=2, heads=2, intermediate=128),
+        draft=ModelShape(hidden=32, layers=1, heads=2, intermediate=64),
+        target_train=TrainConfig(steps=6, batch_size=2, lr=3e-3, warmup=2, ckpt_every=3,
+                                 log_every=3, eval_every=6, eval_batches=1),
+        draft_train=TrainConfig(steps=4, batch_size=2, lr=3e-3, warmup=2, ckpt_every=2,
+                                log_every=2, eval_every=4, eval_batches=1),
+        max_files=12),
+    # The shipped pair: 10.3M target, 2.5M draft (most of it the tied embedding). Sized for
+    # ≈70 + 25 min on 2 AVX2 cores in fp32 (≈1.9 s per 4×512-token target step).
+    "default": Preset(
+        vocab_size=8192, ctx=512,
+        target=ModelShape(hidden=288, layers=8, heads=4, intermediate=768),
+        draft=ModelShape(hidden=192, layers=2, heads=3, intermediate=512),
+        target_train=TrainConfig(steps=1900, batch_size=4, lr=2e-3, warmup=100),
+        draft_train=TrainConfig(steps=1300, batch_size=4, lr=3e-3, warmup=60),
+        max_files=None),
+}
+
+
+def build(preset_name: str, out_dir: Path, run_dir: Path, seed: int = 0,
+          target_steps: int | None = None, draft_steps: int | None = None) -> dict:
+    from dataclasses import replace
+
+    p = PRESETS[preset_name]
+    tt = replace(p.target_train, steps=target_steps) if target_steps else p.target_train
+    dt = replace(p.draft_train, steps=draft_steps) if draft_steps else p.draft_train
+    run_dir.mkdir(parents=True, exist_ok=True)
+    logf = open(run_dir / "log.txt", "a")
+
+    def log(msg: str) -> None:
+        line = f"{time.strftime('%H:%M:%S')} {msg}"
+        print(line, file=sys.stderr, flush=True)
+        logf.write(line + "\n")
+        logf.flush()
+
+    torch.manual_seed(seed)
+    train_files = corpus_files(split="train")[: p.max_files]
+    held_files = corpus_files(split="heldout")[: p.max_files]
+    log(f"preset {preset_name}: {len(train_files)} train files, {len(held_files)} held-out files")
+
+    from tokenizers import Tokenizer
+    tok_path = run_dir / "tokenizer.json"
+    if tok_path.exists():
+        tok = Tokenizer.from_file(str(tok_path))
+    else:
+        t0 = time.time()
+        tok = train_tokenizer(p.vocab_size, train_files)
+        tok.save(str(tok_path))
+        log(f"tokenizer: vocab {tok.get_vocab_size()} in {time.time() - t0:.1f}s")
+    vocab = tok.get_vocab_size()
+    train_texts = [read_source(f) for f in train_files]
+    held_texts = [read_source(f) for f in held_files]
+    train = SampleStream(train_texts, tok, p.ctx, seed)
+    held = SampleStream(held_texts, tok, p.ctx, seed + 1)
+
+    target = new_model(p.target, vocab, p.ctx, tok, seed)
+    log(f"target: {sum(x.numel() for x in target.parameters()) / 1e6:.2f}M params {asdict(p.target)}")
+    tres = run_stage("target", target, train, held, tt, run_dir, log)
+    log(f"target done: {json.dumps(tres)}")
+
+    target.eval()
+    draft = new_model(p.draft, vocab, p.ctx, tok, seed + 7)
+    log(f"draft: {sum(x.numel() for x in draft.parameters()) / 1e6:.2f}M params {asdict(p.draft)}")
+    dres = run_stage("draft", draft, train, held, dt, run_dir, log, teacher=target)
+    log(f"draft done: {json.dumps(dres)}")
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, model in (("target", target), ("draft", draft)):
+        d = out_dir / name
+        if d.exists():
+            shutil.rmtree(d)
+        model.to(torch.bfloat16).save_pretrained(str(d), safe_serialization=True)
+        save_hf_tokenizer(tok, d, p.ctx)
+    summary = {"preset": preset_name, "seed": seed, "target": tres, "draft": dres,
+               "target_shape": asdict(p.target), "draft_shape": asdict(p.draft),
+               "target_train": asdict(tt), "draft_train": asdict(dt), "vocab_size": vocab,
+               "ctx": p.ctx, "train_files": len(train_files), "heldout_files": len(held_files)}
+    (out_dir / "build_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    log(f"wrote {out_dir}")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m draft_models.build", description=__doc__)
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="default")
+    ap.add_argument("--out", type=Path, help="output folder (default: the embedded pair for "
+                    "'default', runs/<preset>/out otherwise)")
+    ap.add_argument("--run-dir", type=Path, help="checkpoints and log (default: runs/<preset>)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--target-steps", type=int, help="override the preset's target steps")
+    ap.add_argument("--draft-steps", type=int, help="override the preset's draft steps")
+    a = ap.parse_args(argv)
+    run_dir = a.run_dir or Path("runs") / a.preset
+    out = a.out or (DEFAULT_DIR if a.preset == "default" else run_dir / "out")
+    build(a.preset, out, run_dir, a.seed, a.target_steps, a.draft_steps)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

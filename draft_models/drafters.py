@@ -1,0 +1,176 @@
+"""Drafters: interchangeable producers of `Proposal(ids, probs | None)` for the verifier.
+
+`probs` is the drafter's distribution for each proposed token, [k, V]; None means the proposal
+is deterministic (a one-hot distribution), which is what the n-gram and fast-path drafters give.
+A drafter sees the whole accepted sequence (prompt + generated, ending with the token the
+target has not consumed yet) and proposes what follows it.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple, Protocol
+
+import torch
+
+
+class Proposal(NamedTuple):
+    ids: list[int]
+    probs: torch.Tensor | None  # [k, V] or None (deterministic)
+    source: str
+
+
+EMPTY = Proposal([], None, "none")
+
+
+class Drafter(Protocol):
+    def propose(self, seq: list[int], k: int) -> Proposal: ...
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+
+def warp(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
+    """Logits [..., V] → sampling distribution (temperature, then top-p) [..., V]."""
+    p = torch.softmax(logits / s.temperature, dim=-1)
+    if s.top_p < 1.0:
+        sp, si = p.sort(dim=-1, descending=True)
+        drop = sp.cumsum(-1) - sp > s.top_p  # keep the smallest head whose mass reaches top_p
+        sp = sp.masked_fill(drop, 0.0)
+        p = torch.zeros_like(p).scatter(-1, si, sp)
+        p = p / p.sum(-1, keepdim=True)
+    return p
+
+
+class ModelDrafter:
+    """A small causal LM that proposes k tokens autoregressively over its own position-indexed
+    KV cache (`runner`: anything with sync/forward/truncate, see completer.engine.runner)."""
+
+    def __init__(self, runner, sampling: Sampling, generator: torch.Generator | None = None):
+        self.runner, self.sampling, self.gen = runner, sampling, generator
+
+    def propose(self, seq: list[int], k: int) -> Proposal:
+        if k <= 0 or len(seq) + k > self.runner.max_len:
+            return EMPTY
+        logits = self.runner.forward(self.runner.sync(seq))[-1]  # [V]
+        ids, probs = [], []
+        for i in range(k):
+            if self.sampling.greedy:
+                t = int(logits.argmax())  # host sync: the next draft forward needs the id
+            else:
+                q = warp(logits, self.sampling)
+                t = int(torch.multinomial(q, 1, generator=self.gen))  # host sync, as above
+                probs.append(q)
+            ids.append(t)
+            if i + 1 < k:
+                logits = self.runner.forward([t])[-1]
+        return Proposal(ids, torch.stack(probs) if probs else None, "model")
+
+
+class NgramDrafter:
+    """Prompt lookup: find the latest earlier occurrence of the sequence's last n tokens
+    (n = max_n..min_n) and propose what followed it. No model, ≈0 cost."""
+
+    def __init__(self, max_n: int = 4, min_n: int = 2):
+        self.max_n, self.min_n = max_n, min_n
+        self._seq: list[int] = []
+        self._index: dict[tuple[int, ...], int] = {}  # n-gram → end position of its latest occurrence
+
+    def _update(self, seq: list[int]) -> None:
+        n0 = len(self._seq)
+        if n0 > len(seq) or self._seq[-64:] != seq[max(0, n0 - 64):n0]:
+            self._seq, self._index, n0 = [], {}, 0  # a different sequence: reindex
+        # n-grams seq[end-n:end] with a following token; the tail (ending at len(seq)) is left out
+        for end in range(max(1, n0), len(seq)):
+            for n in range(self.min_n, self.max_n + 1):
+                if end - n >= 0:
+                    self._index[tuple(seq[end - n:end])] = end
+        self._seq = list(seq)
+
+    def propose(self, seq: list[int], k: int) -> Proposal:
+        if k <= 0:
+            return EMPTY
+        self._update(seq)
+        for n in range(self.max_n, self.min_n - 1, -1):
+            if len(seq) < n:
+                continue
+            end = self._index.get(tuple(seq[-n:]))
+            if end is not None:
+                ids = seq[end:end + k]
+                if ids:
+                    return Proposal(ids, None, "ngram")
+        return EMPTY
+
+
+class FastPathDrafter:
+    """Near-certain continuations mined from the corpus: (a, b) → c when P(c | a, b) ≥ 0.9
+    over enough occurrences (`draft_models.fastpath`). Chains lookups, ≈0 cost."""
+
+    def __init__(self, table: dict[tuple[int, int], int]):
+        self.table = table
+
+    @classmethod
+    def load(cls, path: Path) -> "FastPathDrafter":
+        rows = json.loads(path.read_text())["rows"]
+        return cls({(a, b): c for a, b, c in rows})
+
+    def propose(self, seq: list[int], k: int) -> Proposal:
+        ids: list[int] = []
+        a, b = (seq[-2], seq[-1]) if len(seq) >= 2 else (-1, seq[-1] if seq else -1)
+        while len(ids) < k:
+            c = self.table.get((a, b))
+            if c is None:
+                break
+            ids.append(c)
+            a, b = b, c
+        return Proposal(ids, None, "fastpath") if ids else EMPTY
+
+
+def _one_hot(ids: list[int], vocab: int) -> torch.Tensor:
+    return torch.nn.functional.one_hot(torch.tensor(ids), vocab).float()  # [k, V]
+
+
+class CombinedDrafter:
+    """n-gram when the document repeats itself, else fast-path tokens followed by the model."""
+
+    def __init__(self, model: ModelDrafter | None, ngram: NgramDrafter | None,
+                 fastpath: FastPathDrafter | None, vocab_size: int, min_ngram_tokens: int = 2):
+        self.model, self.ngram, self.fastpath = model, ngram, fastpath
+        self.vocab, self.min_ngram_tokens = vocab_size, min_ngram_tokens
+
+    def propose(self, seq: list[int], k: int) -> Proposal:
+        if self.ngram is not None:
+            p = self.ngram.propose(seq, k)
+            if len(p.ids) >= min(k, self.min_ngram_tokens):
+                return p
+        fast = self.fastpath.propose(seq, k) if self.fastpath is not None else EMPTY
+        if self.model is None or len(fast.ids) >= k:
+            return fast
+        rest = self.model.propose(seq + fast.ids, k - len(fast.ids))
+        if not fast.ids:
+            return rest
+        probs = None
+        if rest.probs is not None:
+            probs = torch.cat([_one_hot(fast.ids, rest.probs.shape[-1]), rest.probs])
+        return Proposal(fast.ids + rest.ids, probs, "fastpath+model")
+
+
+class AdaptiveK:
+    """Draft length from acceptance history: grow after a fully accepted draft, shrink after a
+    rejection (the schedule HF assisted generation uses), within [k_min, k_max]."""
+
+    def __init__(self, k: int, k_min: int = 1, k_max: int = 8):
+        self.k, self.k_min, self.k_max = k, k_min, k_max
+
+    def update(self, proposed: int, accepted: int) -> None:
+        if proposed == 0:
+            return
+        self.k = min(self.k_max, self.k + 2) if accepted == proposed else max(self.k_min, self.k - 1)

@@ -1,0 +1,205 @@
+"""Training stages of the recipe: a FIM-trained Llama target, then a draft distilled from it.
+
+Each stage checkpoints every `ckpt_every` steps into its run folder and resumes from the last
+checkpoint, so a run that outlives its session continues where it stopped. Batches are a pure
+function of (seed, step): a resumed run sees exactly the data an uninterrupted one would.
+"""
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from .data import EOT, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, PAD, random_fim_split
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    hidden: int
+    layers: int
+    heads: int
+    intermediate: int
+
+
+def llama_config(shape: ModelShape, vocab_size: int, ctx: int, tok: Tokenizer) -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=vocab_size, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+        num_key_value_heads=shape.heads, max_position_embeddings=ctx, tie_word_embeddings=True,
+        bos_token_id=tok.token_to_id(EOT), eos_token_id=tok.token_to_id(EOT),
+        pad_token_id=tok.token_to_id(PAD), rms_norm_eps=1e-5)
+
+
+class SampleStream:
+    """Batches of plain and FIM samples cut from whole files, weighted by file length.
+
+    FIM samples use two layouts; SPM is the one inference uses because the prefix ends the
+    prompt, so typing at the cursor only appends tokens and the KV cache keeps everything else:
+      SPM: <fim_suffix> suffix <fim_middle> prefix middle <eot>
+      PSM: <fim_prefix> prefix <fim_suffix> suffix <fim_middle> middle <eot>
+    Parts are tokenized separately, as at inference where the prompt ends at the cursor.
+    """
+
+    def __init__(self, texts: list[str], tok: Tokenizer, seq_len: int, seed: int,
+                 fim_rate: float = 0.5, spm_rate: float = 0.7):
+        self.texts, self.tok, self.seq_len, self.seed = texts, tok, seq_len, seed
+        self.fim_rate, self.spm_rate = fim_rate, spm_rate
+        self.cum = []
+        total = 0
+        for t in texts:
+            total += len(t)
+            self.cum.append(total)
+        self.chunk_chars = seq_len * 4  # ≈3.7 chars per token on Python source
+        self.ids = {name: tok.token_to_id(name) for name in (EOT, FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX, PAD)}
+
+    def _enc(self, s: str) -> list[int]:
+        return self.tok.encode(s).ids if s else []
+
+    def sample(self, rng: random.Random) -> list[int]:
+        off = rng.randrange(self.cum[-1])
+        i = bisect.bisect_right(self.cum, off)
+        text = self.texts[i]
+        start = off - (self.cum[i - 1] if i else 0)
+        start = text.rfind("\n", 0, start) + 1
+        chunk = text[start:start + self.chunk_chars]
+        at_end = start + self.chunk_chars >= len(text)
+        T, ids = self.seq_len, self.ids
+        if rng.random() >= self.fim_rate or len(chunk) < 8:
+            out = self._enc(chunk) + ([ids[EOT]] if at_end else [])
+            return out[:T]
+        sp = random_fim_split(chunk, rng)
+        pre, mid, suf = self._enc(sp.prefix), self._enc(sp.middle), self._enc(sp.suffix)
+        mid = mid[: T // 3]
+        room = T - 4 - len(mid)
+        suf_keep = min(len(suf), max(room // 4, room - len(pre)))
+        pre = pre[len(pre) - min(len(pre), room - suf_keep):]
+        suf = suf[:suf_keep]
+        if rng.random() < self.spm_rate:
+            return [ids[FIM_SUFFIX]] + suf + [ids[FIM_MIDDLE]] + pre + mid + [ids[EOT]]
+        return [ids[FIM_PREFIX]] + pre + [ids[FIM_SUFFIX]] + suf + [ids[FIM_MIDDLE]] + mid + [ids[EOT]]
+
+    def batch(self, step: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rng = random.Random(self.seed * 1_000_003 + step)
+        x = torch.full((batch_size, self.seq_len), self.ids[PAD], dtype=torch.long)
+        y = torch.full((batch_size, self.seq_len), -100, dtype=torch.long)
+        for b in range(batch_size):
+            s = self.sample(rng)
+            x[b, : len(s)] = torch.tensor(s)
+            y[b, : len(s) - 1] = torch.tensor(s[1:])
+        return x, y  # [B, T] inputs, [B, T] next-token labels (-100 = no loss)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int
+    batch_size: int
+    lr: float
+    warmup: int = 100
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.1
+    ckpt_every: int = 200
+    log_every: int = 20
+    eval_every: int = 500
+    eval_batches: int = 8
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    p = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+@torch.no_grad()
+def evaluate_loss(model, stream: SampleStream, cfg: TrainConfig, teacher=None) -> dict:
+    """Held-out next-token loss and accuracy (and agreement with `teacher` when given)."""
+    model.eval()
+    tot_loss = tot_ok = tot_agree = n = 0.0
+    for k in range(cfg.eval_batches):
+        x, y = stream.batch(10_000_000 + k, cfg.batch_size)
+        logits = model(input_ids=x).logits
+        mask = y != -100
+        tot_loss += F.cross_entropy(logits[mask], y[mask], reduction="sum").item()  # host sync: eval only
+        pred = logits.argmax(-1)
+        tot_ok += (pred[mask] == y[mask]).sum().item()
+        if teacher is not None:
+            tpred = teacher(input_ids=x).logits.argmax(-1)
+            tot_agree += (pred[mask] == tpred[mask]).sum().item()
+        n += mask.sum().item()
+    model.train()
+    out = {"loss": tot_loss / n, "acc": tot_ok / n}
+    if teacher is not None:
+        out["agree"] = tot_agree / n
+    return out
+
+
+def run_stage(name: str, model, train: SampleStream, heldout: SampleStream, cfg: TrainConfig,
+              run_dir: Path, log, teacher=None) -> dict:
+    """Train `model` (CE on labels, or KL to `teacher`'s distribution when given), resumable."""
+    from tqdm import tqdm
+
+    ckpt = run_dir / f"{name}.ckpt.pt"
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95),
+                            weight_decay=cfg.weight_decay)
+    step, elapsed = 0, 0.0
+    if ckpt.exists():
+        state = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        step, elapsed = state["step"], state["elapsed"]
+        log(f"[{name}] resumed at step {step} ({elapsed / 60:.1f} min so far)")
+    model.train()
+    t0 = time.time() - elapsed
+    bar = tqdm(total=cfg.steps, initial=step, desc=name, disable=not os.isatty(2))
+    while step < cfg.steps:
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg)
+        x, y = train.batch(step, cfg.batch_size)
+        # fp32: this CPU class (AVX2, no AVX-512/AMX) emulates bf16, 20x slower than fp32 here.
+        logits = model(input_ids=x).logits  # [B, T, V]
+        mask = y != -100
+        if teacher is None:
+            loss = F.cross_entropy(logits[mask], y[mask])
+        else:
+            with torch.no_grad():
+                tlogits = teacher(input_ids=x).logits
+            loss = F.kl_div(F.log_softmax(logits[mask], -1), F.log_softmax(tlogits[mask], -1),
+                            log_target=True, reduction="batchmean")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        bar.update(1)
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            el = time.time() - t0
+            log(f"[{name}] step {step}/{cfg.steps} loss {loss.item():.4f} lr {lr_at(step, cfg):.2e} "
+                f"{el / 60:.1f} min {el / step * 1000:.0f} ms/step")
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            log(f"[{name}] eval step {step}: {json.dumps(evaluate_loss(model, heldout, cfg, teacher))}")
+        if step % cfg.ckpt_every == 0 or step == cfg.steps:
+            tmp = ckpt.with_suffix(".tmp")
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                        "elapsed": time.time() - t0}, tmp)
+            tmp.replace(ckpt)
+    bar.close()
+    final = evaluate_loss(model, heldout, cfg, teacher)
+    final.update(steps=step, minutes=(time.time() - t0) / 60)
+    return final
+
+
+def new_model(shape: ModelShape, vocab_size: int, ctx: int, tok: Tokenizer, seed: int):
+    torch.manual_seed(seed)
+    cfg = llama_config(shape, vocab_size, ctx, tok)
+    cfg._attn_implementation = "sdpa"
+    return LlamaForCausalLM(cfg)
