@@ -36,7 +36,7 @@ class Preset:
 PRESETS = {
     # Seconds on 2 cores: for tests of the recipe itself.
     "tiny": Preset(
-        vocab_size=400, ctx=64,
+        vocab_size=400, ctx=256,
         target=ModelShape(hidden=64, layers=2, heads=2, intermediate=128),
         draft=ModelShape(hidden=32, layers=1, heads=2, intermediate=64),
         target_train=TrainConfig(steps=6, batch_size=2, lr=3e-3, warmup=2, ckpt_every=3,

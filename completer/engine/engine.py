@@ -122,7 +122,8 @@ class Engine:
 
     # -- prompts -----------------------------------------------------------------------------
     def prompt_budget(self, max_new: int | None = None) -> int:
-        return self.ctx - (max_new or self.cfg.max_new_tokens) - self.cfg.max_draft_len - 1
+        room = self.ctx - (max_new or self.cfg.max_new_tokens) - self.cfg.max_draft_len - 1
+        return max(room, self.ctx // 2)  # a long generation stops at the context end instead
 
     def count_tokens(self, text: str) -> int:
         return len(self.tok.encode(text, add_special_tokens=False).ids)
