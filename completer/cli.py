@@ -108,6 +108,15 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--prompt-file", help="raw prompt mode: continue this text (no syntax layer)")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     _engine_args(c)
+    s = sub.add_parser("serve", help="the engine service: WebSocket+msgpack at /ws, /metrics, /health")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=7421)
+    s.add_argument("--token", default=os.environ.get("COMPLETER_TOKEN"),
+                   help="auth token (required for a non-loopback --host; env COMPLETER_TOKEN)")
+    s.add_argument("--allow-origin", action="append", default=[],
+                   help="browser Origin allowed to connect (repeatable; default: none but localhost pages)")
+    s.add_argument("--max-frame-bytes", type=int, default=4 * 2**20)
+    _engine_args(s)
     a = ap.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _quiet_libraries()
@@ -115,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.cmd == "complete":
             return cmd_complete(a)
+        if a.cmd == "serve":
+            from .server import serve_main
+            return serve_main(a)
     except (UsageError, ModelError) as e:
         print(f"completer: error: {e}", file=sys.stderr)
         return 2
