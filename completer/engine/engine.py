@@ -1,8 +1,15 @@
 """The engine: a model pair, per-document KV-cache slots (LRU under a byte budget), drafters,
-and the speculative loop. One generation runs at a time (the models are single-stream);
-callers in other threads queue on the lock and cancel through their `cancel` event."""
+the speculative loop, warmup prefill and type-through.
+
+Callers run in their own threads. Each request takes a ticket from the scheduler (one live
+generation per document, interactive before warmup, at most `max_batch` live generations whose
+forwards step together, KV budget); a newer request for a document cancels the older one within
+one decode step. Type-through: a request whose prefix extends the document's last completion
+request by a prefix of that completion's text is served the rest of it without the model.
+"""
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections import OrderedDict
@@ -15,9 +22,11 @@ from draft_models import DEFAULT_DIR
 from draft_models.drafters import (AdaptiveK, CombinedDrafter, FastPathDrafter, ModelDrafter,
                                    NgramDrafter, Sampling)
 
+from .batch import Via
 from .models import ModelError, Pair, load_pair
 from .prompt import FimFormat, build_prompt
-from .runner import make_runner
+from .runner import LlamaRunner, common_prefix_len, make_runner
+from .scheduler import INTERACTIVE, WARMUP, Overloaded, Scheduler, SchedulerConfig
 from .speculative import GenStats, generate
 
 DRAFTERS = ("combined", "model", "ngram", "fastpath", "none")
@@ -36,9 +45,14 @@ class EngineConfig:
     max_new_tokens: int = 64
     temperature: float = 0.0       # 0 = greedy (exactly the target's greedy output)
     top_p: float = 1.0
-    kv_budget_mb: float = 256.0    # all per-document KV slots together
+    kv_budget_mb: float = 256.0    # all per-document KV slots together (reserved bytes, never exceeded)
     lean: bool = True              # lean Llama runner when the architecture allows
     seed: int = 0
+    max_batch: int = 8             # live generations whose forwards step together; 1 = serial
+    batch_wait_ms: float = 2.0     # how long a step waits for the other live generations
+    max_queue: int = 64            # requests waiting beyond this are refused (overloaded)
+    warmup_chunk: int = 32         # warmup prefill chunk: the most an interactive request waits on it
+    type_through: bool = True      # serve the rest of the last completion when the user types it
 
     def validate(self) -> None:
         if self.drafter not in DRAFTERS:
@@ -49,6 +63,10 @@ class EngineConfig:
             raise ModelError("--max-new-tokens must be ≥ 1")
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise ModelError("--temperature must be ≥ 0 and --top-p in (0, 1]")
+        if self.max_batch < 1 or self.max_queue < 1 or self.warmup_chunk < 1 or self.batch_wait_ms < 0:
+            raise ModelError("--max-batch, --max-queue and --warmup-chunk must be ≥ 1, --batch-wait-ms ≥ 0")
+        if self.kv_budget_mb <= 0:
+            raise ModelError("--kv-budget-mb must be > 0")
 
 
 @dataclass
@@ -71,18 +89,92 @@ class Completion:
                 "stop_reason": st.stop_reason, **self.extra}
 
 
+def kv_reserve_bytes(model, ctx: int) -> int:
+    """Bytes of K/V one runner can hold over `ctx` positions: what LlamaRunner preallocates, and
+    the most an HFRunner's cache grows to (forward refuses past its max_len)."""
+    c = model.config
+    heads = c.num_attention_heads
+    hd = getattr(c, "head_dim", None) or c.hidden_size // heads
+    kv = getattr(c, "num_key_value_heads", None) or heads
+    elt = model.get_input_embeddings().weight.element_size()
+    return 2 * c.num_hidden_layers * kv * ctx * hd * elt
+
+
+def prompt_budget(ctx: int, max_new: int, max_draft_len: int) -> int:
+    """Prompt tokens that leave room for `max_new` tokens and one draft; shared with RemoteEngine."""
+    return max(ctx - max_new - max_draft_len - 1, ctx // 2)  # a long generation stops at the end
+
+
+def fork_runner(template):
+    """A runner with its own empty cache that shares `template`'s weights. LlamaRunner
+    concatenates its projections on construction: a fresh one per document would copy most of
+    the model per slot, and the batcher groups runners by that shared weight tensor."""
+    if not isinstance(template, LlamaRunner):
+        return make_runner(template.model, template.max_len, lean=False)
+    r = copy.copy(template)
+    r.k = torch.zeros(len(r.layers), r.n_kv, r.max_len, r.hd, dtype=r.dtype, device=r.device)
+    r.v = torch.zeros_like(r.k)  # [L, Hkv, P, hd]
+    r.ids = []
+    return r
+
+
+def _template(model, ctx: int, lean: bool):
+    """A runner kept for its weights and rope tables only; its own K/V is dropped."""
+    r = make_runner(model, ctx, lean)
+    if isinstance(r, LlamaRunner):
+        r.k = r.v = None
+    return r
+
+
 class Slot:
     """One document's KV caches (target and draft) and its adaptive draft length."""
 
     def __init__(self, engine: "Engine"):
-        self.target = make_runner(engine.pair.target, engine.ctx, engine.cfg.lean)
-        self.draft = (make_runner(engine.pair.draft, engine.ctx, engine.cfg.lean)
-                      if engine.pair.draft is not None else None)
+        self.target = fork_runner(engine.templates[0])
+        self.draft = fork_runner(engine.templates[1]) if engine.templates[1] is not None else None
         self.k = AdaptiveK(engine.cfg.draft_len, 1, engine.cfg.max_draft_len)
         self.ngram = NgramDrafter()
 
-    def nbytes(self) -> int:
-        return sum(r.reserved_bytes() for r in (self.target, self.draft) if r is not None)
+
+class Record:
+    """A document's latest completion, in flight or done: what type-through serves from."""
+
+    def __init__(self, prefix: str, suffix: str):
+        self.prefix, self.suffix = prefix, suffix
+        self.text = ""       # decoded so far; the final (cut) text once done
+        self.done = False
+        self.ok = False      # finished on its own (not cancelled)
+        self.followers = 0   # requests streaming from it: they keep it alive past its own cancel
+        self.epoch = 0       # bumped by every newer request: older followers stop
+        self.cond = threading.Condition()
+
+    def typed(self, prefix: str, suffix: str) -> str | None:
+        """The characters typed since this request if they match its completion, else None."""
+        if suffix != self.suffix or not prefix.startswith(self.prefix):
+            return None
+        typed = prefix[len(self.prefix):]
+        with self.cond:
+            if self.done:
+                return typed if self.ok and len(self.text) > len(typed) and self.text.startswith(typed) else None
+            return typed if self.text.startswith(typed) else None
+
+    def update(self, text: str, done: bool = False, ok: bool = False) -> None:
+        with self.cond:
+            self.text, self.done, self.ok = text, done, ok
+            self.cond.notify_all()
+
+
+class _StopFlag:
+    """What generate() polls between steps: superseded, or the caller's cancel while no
+    type-through request is following this generation."""
+
+    def __init__(self, superseded: threading.Event, cancel, record: Record | None):
+        self.superseded, self.cancel, self.record = superseded, cancel, record
+
+    def is_set(self) -> bool:
+        if self.superseded.is_set():
+            return True
+        return self.cancel is not None and self.cancel.is_set() and (self.record is None or self.record.followers == 0)
 
 
 class Engine:
@@ -99,31 +191,67 @@ class Engine:
                          and cfg.drafter in ("combined", "fastpath") else None)
         self.sampling = Sampling(cfg.temperature, cfg.top_p)
         self.gen = torch.Generator().manual_seed(cfg.seed)
-        self.slots: OrderedDict[str, Slot] = OrderedDict()
-        self.lock = threading.Lock()
-        self.counters = {"requests": 0, "cache_hits": 0, "tokens_reused": 0, "evictions": 0,
-                         "warmups": 0}
+        self.templates = (_template(self.pair.target, self.ctx, cfg.lean),
+                          _template(self.pair.draft, self.ctx, cfg.lean) if self.pair.draft is not None else None)
+        self.budget = int(cfg.kv_budget_mb * 2**20)
+        self.slot_bytes = sum(kv_reserve_bytes(m, self.ctx) for m in (self.pair.target, self.pair.draft)
+                              if m is not None)
+        self.slots: OrderedDict[str, Slot] = OrderedDict()  # LRU order; guarded by sched.cond
+        self.records: OrderedDict[str, Record] = OrderedDict()
+        self.sched = Scheduler(SchedulerConfig(cfg.max_batch, cfg.batch_wait_ms, cfg.max_queue), self._admit)
+        self._stats_lock = threading.Lock()
+        self.counters = {"requests": 0, "cache_hits": 0, "tokens_reused": 0, "prefill_tokens": 0,
+                         "evictions": 0, "warmups": 0, "warmup_tokens": 0, "warmup_preempted": 0,
+                         "type_through": 0, "superseded": 0}
 
-    # -- slots -------------------------------------------------------------------------------
-    def _slot(self, key: str) -> Slot:
-        if key in self.slots:
-            self.slots.move_to_end(key)
-            return self.slots[key]
-        slot = Slot(self)
-        budget = self.cfg.kv_budget_mb * 2**20
-        while self.slots and sum(s.nbytes() for s in self.slots.values()) + slot.nbytes() > budget:
-            self.slots.popitem(last=False)  # least recently used
-            self.counters["evictions"] += 1
-        self.slots[key] = slot
+    def _count(self, **inc: int) -> None:
+        with self._stats_lock:
+            for k, v in inc.items():
+                self.counters[k] += v
+
+    # -- slots (called by the scheduler under its lock) --------------------------------------------
+    def _admit(self, doc: str, live: set[str]) -> Slot | bool:
+        """The document's slot, made room for by evicting idle slots in LRU order; False while
+        live slots hold the budget (the ticket waits)."""
+        if doc in self.slots:
+            self.slots.move_to_end(doc)
+            return self.slots[doc]
+        if self.slot_bytes > self.budget:
+            raise Overloaded(f"one document's KV cache needs {self.slot_bytes / 2**20:.1f} MiB "
+                             f"(target+draft for a {self.ctx}-token context) but --kv-budget-mb is "
+                             f"{self.cfg.kv_budget_mb:g}; raise it to at least {self.slot_bytes / 2**20:.1f}")
+        while (len(self.slots) + 1) * self.slot_bytes > self.budget:
+            idle = next((d for d in self.slots if d not in live), None)  # least recently used first
+            if idle is None:
+                return False
+            del self.slots[idle]
+            self._count(evictions=1)
+        self.slots[doc] = slot = Slot(self)
         return slot
 
+    def close(self, doc_key: str) -> bool:
+        """Forget a document (editor closed it): frees its slot unless a request is using it."""
+        with self.sched.cond:
+            self.records.pop(doc_key, None)
+            if doc_key in self.sched.live or doc_key not in self.slots:
+                return False
+            del self.slots[doc_key]
+            self.sched.kick()  # a waiting ticket may fit now
+            return True
+
     def kv_bytes(self) -> int:
-        return sum(s.nbytes() for s in self.slots.values())
+        """Reserved K/V bytes of all slots (what the budget bounds)."""
+        with self.sched.cond:
+            return len(self.slots) * self.slot_bytes
+
+    def kv_live_bytes(self) -> int:
+        """K/V bytes holding cached tokens."""
+        with self.sched.cond:
+            return sum(r.kv_bytes() for s in self.slots.values() for r in (s.target, s.draft) if r is not None)
 
     # -- prompts -----------------------------------------------------------------------------
     def prompt_budget(self, max_new: int | None = None) -> int:
-        room = self.ctx - (max_new or self.cfg.max_new_tokens) - self.cfg.max_draft_len - 1
-        return max(room, self.ctx // 2)  # a long generation stops at the context end instead
+        return prompt_budget(self.ctx, max_new or self.cfg.max_new_tokens, self.cfg.max_draft_len)
 
     def count_tokens(self, text: str) -> int:
         return len(self.tok.encode(text, add_special_tokens=False).ids)
@@ -136,7 +264,7 @@ class Engine:
 
     # -- generation --------------------------------------------------------------------------
     def _drafter(self, slot: Slot, kind: str):
-        model = (ModelDrafter(slot.draft, self.sampling, self.gen)
+        model = (ModelDrafter(Via(slot.draft, self.sched.batcher), self.sampling, self.gen)
                  if slot.draft is not None and kind in ("combined", "model") else None)
         if kind == "model":
             return model
@@ -148,25 +276,40 @@ class Engine:
             return CombinedDrafter(model, slot.ngram, self.fastpath, slot.target.vocab_size)
         return None
 
+    def _generate(self, prompt: list[int], doc_key: str, max_new: int | None, drafter: str | None,
+                  stop, cancel, on_tokens, record: Record | None) -> tuple[list[int], GenStats, float]:
+        """Run one generation under a scheduler ticket → (ids, stats, ms spent queued)."""
+        max_new = max_new or self.cfg.max_new_tokens
+        if not prompt:
+            raise ModelError("empty prompt")
+        if len(prompt) + 1 > self.ctx:
+            raise ModelError(f"prompt of {len(prompt)} tokens does not fit the model's context of {self.ctx}")
+        t = self.sched.acquire(doc_key, INTERACTIVE)
+        try:
+            if not t.live:  # superseded while it waited
+                ids, st = [], GenStats(prompt_tokens=len(prompt), stop_reason="superseded")
+            else:
+                slot: Slot = t.resource
+                d = self._drafter(slot, drafter or self.cfg.drafter)
+                ids, st = generate(Via(slot.target, self.sched.batcher), prompt, max_new, self.sampling,
+                                   d, slot.k if d is not None else None, self.fim.eos, stop,
+                                   _StopFlag(t.superseded, cancel, record), on_tokens, self.gen)
+        finally:
+            self.sched.release(t)
+        if t.superseded.is_set():
+            st.stop_reason = "superseded"
+        reused = st.prompt_tokens - st.prefill_tokens if t.resource is not None else 0
+        self._count(requests=1, tokens_reused=reused, cache_hits=int(reused > 0),
+                    prefill_tokens=st.prefill_tokens, superseded=int(t.superseded.is_set()))
+        return ids, st, t.queue_ms
+
     def complete_ids(self, prompt: list[int], *, doc_key: str = "_default", max_new: int | None = None,
                      drafter: str | None = None, stop: Callable[[list[int]], bool] | None = None,
                      cancel: threading.Event | None = None,
                      on_tokens: Callable[[list[int]], None] | None = None) -> tuple[list[int], GenStats]:
-        max_new = max_new or self.cfg.max_new_tokens
-        if len(prompt) + 1 > self.ctx:
-            raise ModelError(f"prompt of {len(prompt)} tokens does not fit the model's context of {self.ctx}")
-        if not prompt:
-            raise ModelError("empty prompt")
-        with self.lock:
-            slot = self._slot(doc_key)
-            d = self._drafter(slot, drafter or self.cfg.drafter)
-            ids, st = generate(slot.target, prompt, max_new, self.sampling, d,
-                               slot.k if d is not None else None, self.fim.eos, stop, cancel,
-                               on_tokens, self.gen)
-        self.counters["requests"] += 1
-        reused = st.prompt_tokens - st.prefill_tokens
-        self.counters["tokens_reused"] += reused
-        self.counters["cache_hits"] += reused > 0
+        """Generate after raw token ids; a newer request for `doc_key` cancels this one
+        (stop_reason "superseded")."""
+        ids, st, _ = self._generate(prompt, doc_key, max_new, drafter, stop, cancel, on_tokens, None)
         return ids, st
 
     def complete(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
@@ -174,11 +317,24 @@ class Engine:
                  cancel: threading.Event | None = None,
                  on_text: Callable[[str], None] | None = None) -> Completion:
         """Complete at the cursor between `prefix` and `suffix`. `stop_text(text)` returns the
-        length to keep once the completion is finished (e.g. its syntax node closed), else None."""
+        length to keep once the completion is finished (e.g. its syntax node closed), else None.
+        `on_text` gets the text as it is verified (deltas; the final text may be shorter)."""
         t0 = time.perf_counter()
+        old = self._newer_request(doc_key)
+        typed = old.typed(prefix, suffix) if old is not None and self.cfg.type_through else None
+        if typed is not None:
+            c = self._follow(old, typed, cancel, on_text, t0)
+            if c is not None:
+                return c
         prompt = self.fim_prompt(prefix, suffix, max_new)
+        rec = Record(prefix, suffix)
+        with self.sched.cond:
+            self.records[doc_key] = rec
+            self.records.move_to_end(doc_key)
+            while len(self.records) > 1024:
+                self.records.popitem(last=False)
         cut: list[int | None] = [None]
-        sent = [0]
+        out_ids: list[int] = []
 
         def stop(ids: list[int]) -> bool:
             if stop_text is None:
@@ -187,40 +343,127 @@ class Engine:
             return cut[0] is not None
 
         def on_tokens(ids_step: list[int]) -> None:
-            if on_text is None:
-                return
-            text = self.decode(out_ids + ids_step)
+            sent = len(rec.text)
             out_ids.extend(ids_step)
-            if len(text) > sent[0]:
-                on_text(text[sent[0]:])
-                sent[0] = len(text)
+            text = self.decode(out_ids)
+            rec.update(text)
+            if on_text is not None and len(text) > sent:
+                on_text(text[sent:])
 
-        out_ids: list[int] = []
-        ids, st = self.complete_ids(prompt, doc_key=doc_key, max_new=max_new, stop=stop,
-                                    cancel=cancel, on_tokens=on_tokens if on_text else None)
+        try:
+            ids, st, queue_ms = self._generate(prompt, doc_key, max_new, None, stop, cancel, on_tokens, rec)
+        except BaseException:
+            rec.update(rec.text, done=True)
+            raise
         text = self.decode(ids)
         if cut[0] is not None:
             text = text[: cut[0]]
+        rec.update(text, done=True, ok=st.stop_reason not in ("cancelled", "superseded"))
         st.total_ms = (time.perf_counter() - t0) * 1e3
-        return Completion(text, ids, st, self.pair.draft is not None or self.cfg.drafter in ("ngram", "fastpath"))
+        return Completion(text, ids, st, self.pair.draft is not None or self.cfg.drafter in ("ngram", "fastpath"),
+                          {"queue_ms": round(queue_ms, 3), "type_through": False})
 
+    def _newer_request(self, doc_key: str) -> Record | None:
+        """The document's last record; every request bumps its epoch so older followers stop."""
+        with self.sched.cond:
+            old = self.records.get(doc_key)
+        if old is not None:
+            with old.cond:
+                old.epoch += 1
+                old.cond.notify_all()
+        return old
+
+    def _follow(self, rec: Record, typed: str, cancel, on_text, t0: float) -> Completion | None:
+        """Serve the rest of `rec`'s completion after `typed`, streaming it while it is still being
+        generated. None when it turns out not to match (the caller generates)."""
+        with rec.cond:
+            rec.followers += 1
+            epoch = rec.epoch
+        sent, ttft = len(typed), None
+        try:
+            while True:
+                with rec.cond:
+                    rec.cond.wait_for(lambda: rec.done or len(rec.text) > sent or rec.epoch != epoch
+                                      or (cancel is not None and cancel.is_set()), timeout=0.05)
+                    text, done, ok = rec.text, rec.done, rec.ok
+                gone = rec.epoch != epoch or (cancel is not None and cancel.is_set())
+                if not text.startswith(typed):
+                    return None  # the finished (cut) text no longer covers what was typed
+                if len(text) > sent and not done:
+                    ttft = ttft if ttft is not None else (time.perf_counter() - t0) * 1e3
+                    if on_text is not None:
+                        on_text(text[sent:])
+                    sent = len(text)
+                if done or gone:
+                    break
+        finally:
+            with rec.cond:
+                rec.followers -= 1
+        if done and not ok and not gone:
+            return None  # its generation was cancelled before finishing: generate afresh
+        rest = text[len(typed):]
+        total = (time.perf_counter() - t0) * 1e3
+        st = GenStats(ttft_ms=ttft if ttft is not None else total, total_ms=total,
+                      stop_reason="type_through" if not gone else "cancelled")
+        self._count(requests=1, type_through=1)
+        return Completion(rest, [], st, False, {"queue_ms": 0.0, "type_through": True})
+
+    # -- warmup ------------------------------------------------------------------------------
     def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default") -> int:
-        """Prefill the document's cache for this context without generating; returns the number
-        of tokens computed (0 when the cache already held them)."""
-        prompt = self.fim_prompt(prefix, suffix)
-        with self.lock:
-            slot = self._slot(doc_key)
-            feed = slot.target.sync(prompt)
-            if feed:
-                slot.target.forward(feed)
-            if slot.draft is not None:
-                dfeed = slot.draft.sync(prompt)
-                if dfeed:
-                    slot.draft.forward(dfeed)
-        self.counters["warmups"] += 1
-        return len(feed)
+        """Prefill the document's cache for this context without generating, at low priority:
+        chunks of `warmup_chunk` tokens, giving way to interactive requests between chunks.
+        Returns the number of tokens computed (0 when the cache already held them)."""
+        return self.prefill(self.fim_prompt(prefix, suffix), doc_key=doc_key)
+
+    def prefill(self, prompt: list[int], *, doc_key: str = "_default") -> int:
+        """`warmup` for raw token ids."""
+        prompt = prompt[: self.ctx - 1]
+        t = self.sched.acquire(doc_key, WARMUP)
+        done, chunk = 0, self.cfg.warmup_chunk
+        try:
+            while t.live and not t.superseded.is_set():
+                if self.sched.should_yield():
+                    self._count(warmup_preempted=1)
+                    if not self.sched.pause(t):
+                        break
+                    continue  # re-admitted: the slot may have been evicted meanwhile
+                slot: Slot = t.resource
+                todo = []
+                for r in (slot.target, slot.draft):
+                    if r is None:
+                        continue
+                    n = common_prefix_len(r.ids, prompt)
+                    if n < len(prompt):
+                        r.truncate(n)  # an edit: keep the cache up to the first changed token
+                        todo.append((r, prompt[n:n + chunk]))
+                if not todo:
+                    break
+                for r, feed in todo:
+                    self.sched.batcher.forward(r, feed)
+                done += len(todo[0][1]) if todo[0][0] is slot.target else 0
+        finally:
+            self.sched.release(t)
+        self._count(warmups=1, warmup_tokens=done)
+        return done
+
+    def warm_start(self) -> float:
+        """A synthetic request at startup so the first real one does not pay for lazy
+        initialisation (allocator, kernels, tokenizer caches); returns its milliseconds."""
+        t0 = time.perf_counter()
+        key = "\0startup"
+        self.warmup("import os\n\n\ndef main(argv):\n    ", "\n", doc_key=key)
+        self.complete("import os\n\n\ndef main(argv):\n    ", "\n", doc_key=key, max_new=4)
+        self.close(key)
+        with self._stats_lock:
+            self.counters = {k: 0 for k in self.counters}
+        return (time.perf_counter() - t0) * 1e3
 
     def info(self) -> dict:
+        waiting, live = self.sched.depth()
         return {"target": self.pair.target_name, "draft": self.pair.draft_name,
                 "device": str(self.pair.device), "ctx": self.ctx, "fim": self.fim.layout,
-                "config": asdict(self.cfg), "kv_bytes": self.kv_bytes(), **self.counters}
+                "config": asdict(self.cfg), "prompt_budget": self.prompt_budget(),
+                "kv_bytes": self.kv_bytes(), "kv_live_bytes": self.kv_live_bytes(),
+                "kv_budget_bytes": self.budget, "slot_bytes": self.slot_bytes, "slots": len(self.slots),
+                "queue_waiting": waiting, "queue_live": live, "batch_steps": self.sched.batcher.steps,
+                "batched_calls": self.sched.batcher.batched_calls, **self.counters}

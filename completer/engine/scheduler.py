@@ -1,0 +1,168 @@
+"""Admission of model work: who may run now, who waits, who is cancelled.
+
+Rules (the engine's callers run in their own threads and block in `acquire`):
+- at most one live ticket per document; a new interactive request for a document supersedes
+  every older ticket of that document (waiting ones leave at once, a live one stops after its
+  current decode step because its cancel check reads `superseded`);
+- interactive work goes before warmup; warmup runs only while no interactive work is live or
+  waiting, and yields between prefill chunks when some arrives (`should_yield` / `pause`);
+- at most `max_batch` live interactive tickets: they step together through the `StepBatcher`;
+- memory: a ticket is admitted only when `admit` can give its document a KV slot within the
+  budget next to the slots of the live tickets (evicting idle ones), otherwise it waits; a queue
+  longer than `max_queue` and a slot that cannot fit even alone are refused with `Overloaded`.
+`admit` runs under the scheduler's lock, so slot bookkeeping has one lock and one order.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from .batch import StepBatcher
+from .models import ModelError
+
+INTERACTIVE, WARMUP = 0, 1
+
+
+class Overloaded(ModelError):
+    """The service cannot take this request now (queue full, KV budget); the message says why."""
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_batch: int = 8           # live generations stepping together; 1 = serial (batching off)
+    batch_wait_ms: float = 2.0   # how long a step waits for the other live generations to join it
+    max_queue: int = 64          # waiting tickets beyond this are refused (overloaded)
+
+
+class Ticket:
+    __slots__ = ("doc", "priority", "seq", "superseded", "live", "error", "t_enq", "queue_ms", "resource")
+
+    def __init__(self, doc: str, priority: int, seq: int):
+        self.doc, self.priority, self.seq = doc, priority, seq
+        self.superseded = threading.Event()
+        self.live = False
+        self.error: Exception | None = None
+        self.t_enq = time.perf_counter()
+        self.queue_ms = 0.0
+        self.resource = None  # what `admit` gave this ticket (the engine: the document's slot)
+
+
+class Scheduler:
+    def __init__(self, cfg: SchedulerConfig = SchedulerConfig(),
+                 admit: Callable[[str, set[str]], object] = lambda doc, live: True):
+        """`admit(doc, live_docs)` reserves what a ticket needs: a truthy resource, False to make
+        it wait, None when it can never be served (refused)."""
+        self.cfg, self.admit = cfg, admit
+        self.cond = threading.Condition()
+        self.waiting: list[Ticket] = []
+        self.live: dict[str, Ticket] = {}
+        self.batcher = StepBatcher(cfg.max_batch, cfg.batch_wait_ms / 1e3)
+        self._seq = 0
+        self.superseded_count = 0
+
+    # -- state (call with self.cond held) ----------------------------------------------------------
+    def _n_live(self, priority: int) -> int:
+        return sum(t.priority == priority for t in self.live.values())
+
+    def _interactive_pending(self) -> bool:
+        return any(t.priority == INTERACTIVE for t in self.waiting) or self._n_live(INTERACTIVE) > 0
+
+    def _pump(self) -> None:
+        """Admit waiting tickets in (priority, arrival) order while the rules allow."""
+        for t in sorted(self.waiting, key=lambda t: (t.priority, t.seq)):
+            if t.doc in self.live:
+                continue
+            if t.priority == WARMUP and (self.live or self._interactive_pending()):
+                break  # warmup waits for an idle engine
+            if t.priority == INTERACTIVE and self._n_live(INTERACTIVE) >= self.cfg.max_batch:
+                break
+            try:
+                got = self.admit(t.doc, set(self.live))
+            except Exception as e:  # noqa: BLE001 - delivered to the waiting caller
+                got, t.error = None, e
+            if got is None and t.error is None:
+                if self.live:
+                    break  # it may fit once the live tickets are done
+                t.error = Overloaded(f"document {t.doc!r}: its KV cache cannot fit the budget")
+            elif got is False:
+                break  # wait for a live ticket to release its slot
+            self.waiting.remove(t)
+            if t.error is None:
+                t.resource = got
+                t.live = True
+                t.queue_ms = (time.perf_counter() - t.t_enq) * 1e3
+                self.live[t.doc] = t
+        self.batcher.set_active(len(self.live))
+        self.cond.notify_all()
+
+    def _supersede(self, doc: str, below_priority: int) -> None:
+        for t in [*self.waiting, *self.live.values()]:
+            if t.doc == doc and t.priority >= below_priority and not t.superseded.is_set():
+                t.superseded.set()
+                self.superseded_count += 1
+        self.waiting = [t for t in self.waiting if not t.superseded.is_set()]
+
+    # -- API ---------------------------------------------------------------------------------------
+    def acquire(self, doc: str, priority: int = INTERACTIVE) -> Ticket:
+        """Block until this document may run; the returned ticket is live unless superseded
+        (the caller then returns a cancelled result at once). Raises Overloaded."""
+        with self.cond:
+            self._seq += 1
+            t = Ticket(doc, priority, self._seq)
+            if priority == WARMUP and any(o.doc == doc and o.priority == INTERACTIVE
+                                          for o in [*self.waiting, *self.live.values()]):
+                t.superseded.set()  # the request for this document will prefill it anyway
+                return t
+            self._supersede(doc, priority)
+            if len(self.waiting) >= self.cfg.max_queue:
+                raise Overloaded(f"{len(self.waiting)} requests are already waiting; try again later")
+            self.waiting.append(t)
+            self._pump()
+            while not (t.live or t.error or t.superseded.is_set()):
+                self.cond.wait()
+            if t.error is not None:
+                raise t.error
+            return t
+
+    def release(self, t: Ticket) -> None:
+        with self.cond:
+            self._release_locked(t)
+            self._pump()
+
+    def _release_locked(self, t: Ticket) -> None:
+        if self.live.get(t.doc) is t:
+            del self.live[t.doc]
+        t.live = False
+
+    def kick(self) -> None:
+        """Resources were freed outside the scheduler: admit what now fits."""
+        with self.cond:
+            self._pump()
+
+    def should_yield(self) -> bool:
+        """For warmup between chunks: is interactive work waiting or running?"""
+        with self.cond:
+            return self._interactive_pending()
+
+    def pause(self, t: Ticket) -> bool:
+        """A warmup gives its turn to interactive work and waits to be admitted again; False when
+        it was superseded meanwhile (stop)."""
+        with self.cond:
+            self._release_locked(t)
+            if not t.superseded.is_set():
+                self.waiting.append(t)
+            self._pump()
+            while not (t.live or t.superseded.is_set()):
+                self.cond.wait()
+            return t.live
+
+    def waiting_for(self, doc: str) -> int:
+        with self.cond:
+            return sum(t.doc == doc for t in self.waiting)
+
+    def depth(self) -> tuple[int, int]:
+        """(waiting, live) tickets."""
+        with self.cond:
+            return len(self.waiting), len(self.live)

@@ -1,0 +1,147 @@
+"""Per-document KV cache: reuse and truncation give exactly the from-scratch result, the byte
+budget is never exceeded, eviction is LRU, warmup prefills what the request then reuses."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from conftest import random_llama
+
+from completer.engine.batch import batched_forward
+from completer.engine.engine import Engine, EngineConfig, fork_runner
+from completer.engine.models import Pair, load_tokenizer
+from completer.engine.runner import LlamaRunner, common_prefix_len
+from completer.engine.scheduler import Overloaded
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_pair):
+    return load_tokenizer(str(tiny_pair[0]))
+
+
+def random_pair(tok, seed: int = 0) -> Pair:
+    v = tok.get_vocab_size()
+    return Pair(random_llama(64, 2, seed, vocab=v), random_llama(32, 1, seed + 1, vocab=v), tok,
+                "random-target", "random-draft", torch.device("cpu"))
+
+
+def engine(pair: Pair, **kw) -> Engine:
+    cfg = dict(drafter="model", max_new_tokens=8, type_through=False, warmup_chunk=16)
+    cfg.update(kw)
+    return Engine(EngineConfig(**cfg), pair=pair)
+
+
+def edit(seq: list, rng: random.Random, alphabet) -> list:
+    """One random insert or delete anywhere (appends most often, as typing does)."""
+    seq = list(seq)
+    i = len(seq) if rng.random() < 0.4 else rng.randrange(len(seq) + 1)
+    if rng.random() < 0.7 or len(seq) < 8:
+        seq[i:i] = [rng.choice(alphabet) for _ in range(rng.randint(1, 4))]
+    else:
+        del seq[i:i + rng.randint(1, 4)]
+    return seq
+
+
+def test_batched_forward_matches_serial():
+    model = random_llama(64, 2, 3)
+    tmpl = LlamaRunner(model, 128)
+    runners = [fork_runner(tmpl) for _ in range(3)]
+    refs = [fork_runner(tmpl) for _ in range(3)]
+    rng = random.Random(0)
+    for r, ref in zip(runners, refs):  # different cache lengths per sequence
+        ids = [rng.randrange(64) for _ in range(rng.randint(1, 20))]
+        r.forward(ids)
+        ref.forward(ids)
+    for _ in range(3):
+        feeds = [[rng.randrange(64) for _ in range(rng.randint(1, 5))] for _ in runners]
+        outs = batched_forward(runners, feeds)
+        for r, ref, f, o in zip(runners, refs, feeds, outs):
+            torch.testing.assert_close(o, ref.forward(f))
+            assert r.ids == ref.ids
+
+
+def test_reused_cache_equals_scratch_across_random_edits(tok):
+    pair = random_pair(tok)
+    e, fresh = engine(pair), engine(pair)
+    rng = random.Random(1)
+    alphabet = list(range(3, tok.get_vocab_size()))
+    prompt = [rng.choice(alphabet) for _ in range(60)]
+    reused = 0
+    for step in range(12):
+        prompt = edit(prompt, rng, alphabet)[:200]
+        cached = list(e.slots["doc"].target.ids) if "doc" in e.slots else []
+        ids, st = e.complete_ids(prompt, doc_key="doc")
+        ref, rst = fresh.complete_ids(prompt, doc_key=f"scratch{step}")
+        assert ids == ref
+        assert rst.prefill_tokens == len(prompt)
+        reused += st.prompt_tokens - st.prefill_tokens
+        # an edit keeps the cache up to the first changed token, not zero
+        assert st.prefill_tokens == len(prompt) - min(common_prefix_len(cached, prompt), len(prompt) - 1)
+    assert reused > 0 and e.counters["cache_hits"] > 0
+
+
+def test_text_edits_truncate_at_first_change(tok):
+    pair = random_pair(tok, seed=5)
+    e, fresh = engine(pair), engine(pair)
+    rng = random.Random(2)
+    text = "import os\n\n\ndef parse(path):\n    with open(path) as f:\n        return f.read()\n" * 3
+    cursor = len(text) // 2
+    for step in range(10):
+        if rng.random() < 0.3:  # an edit early in the file
+            i = rng.randrange(cursor)
+            text = text[:i] + rng.choice("xyz_ ") + text[i:]
+            cursor += 1
+        else:  # typing at the cursor
+            text = text[:cursor] + rng.choice("abc(=") + text[cursor:]
+            cursor += 1
+        prefix, suffix = text[:cursor], text[cursor:]
+        prompt = e.fim_prompt(prefix, suffix)
+        cached = list(e.slots["f"].target.ids) if "f" in e.slots else []
+        c = e.complete(prefix, suffix, doc_key="f")
+        ref = fresh.complete(prefix, suffix, doc_key=f"s{step}")
+        assert c.token_ids == ref.token_ids
+        assert c.stats.prefill_tokens == len(prompt) - min(common_prefix_len(cached, prompt), len(prompt) - 1)
+
+
+def test_budget_never_exceeded_and_lru(tok):
+    pair = random_pair(tok)
+    probe = engine(pair)
+    budget_mb = 3.5 * probe.slot_bytes / 2**20  # room for three slots
+    e = engine(pair, kv_budget_mb=budget_mb, max_new_tokens=2)
+    rng = random.Random(3)
+    lru: list[str] = []
+    for _ in range(30):
+        doc = f"d{rng.randrange(6)}"
+        e.complete_ids([rng.randrange(3, 300) for _ in range(rng.randint(5, 40))], doc_key=doc)
+        if doc in lru:
+            lru.remove(doc)
+        lru.append(doc)
+        lru = lru[-3:]
+        assert list(e.slots) == lru  # least recently used went first
+        held = sum(r.reserved_bytes() for s in e.slots.values() for r in (s.target, s.draft))
+        assert held <= e.budget and e.kv_bytes() <= e.budget
+    assert e.counters["evictions"] > 0
+
+
+def test_single_slot_over_budget_is_refused(tok):
+    e = engine(random_pair(tok), kv_budget_mb=0.01)
+    for _ in range(2):  # refused with a clear message, and the engine survives it
+        with pytest.raises(Overloaded, match="kv-budget-mb"):
+            e.complete_ids([5, 6, 7], doc_key="big")
+    assert not e.slots and e.sched.depth() == (0, 0)
+
+
+def test_warmup_prefills_what_the_request_reuses(tok):
+    pair = random_pair(tok, seed=7)
+    e, fresh = engine(pair), engine(pair)
+    prefix, suffix = "def area(r):\n    return 3.14 * r * r\n\n\ndef vol", "\n"
+    computed = e.warmup(prefix, suffix, doc_key="w")
+    prompt = e.fim_prompt(prefix, suffix)
+    assert computed == len(prompt)
+    assert e.warmup(prefix, suffix, doc_key="w") == 0  # already there
+    c = e.complete(prefix + "u", suffix, doc_key="w")
+    assert c.stats.prefill_tokens <= 3  # only the typed character's tokens
+    assert c.token_ids == fresh.complete(prefix + "u", suffix, doc_key="x").token_ids
