@@ -1,0 +1,208 @@
+"""Scheduling: one live generation per document (a burst leaves only the newest, the older stop
+within one step), interactive before warmup, queueing and refusal, batched steps that give the
+serial results, and server-side type-through."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+from test_cache import engine, random_pair, tok  # noqa: F401 - the fixture is used by name
+
+from completer.engine.scheduler import INTERACTIVE, Overloaded, Scheduler, SchedulerConfig
+
+torch.set_num_threads(1)
+PROMPT = list(range(10, 90))
+
+
+def wait_until(cond, what: str) -> None:
+    """Poll a condition another thread will make true (no timing assertion: a hang guard)."""
+    t0 = time.monotonic()
+    while not cond():
+        assert time.monotonic() - t0 < 60, f"never happened: {what}"
+        time.sleep(0.002)
+
+
+def in_thread(fn, *a, **kw) -> tuple[threading.Thread, dict]:
+    box: dict = {}
+
+    def run():
+        try:
+            box["out"] = fn(*a, **kw)
+        except BaseException as e:  # noqa: BLE001 - the test inspects it
+            box["err"] = e
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    return th, box
+
+
+def test_burst_for_one_document_leaves_the_newest(tok):  # noqa: F811
+    e = engine(random_pair(tok), drafter="none", max_new_tokens=40)
+    steps: list[int] = []
+    burst: dict = {}
+
+    def on_tokens(ids):
+        steps.append(len(ids))
+        if len(steps) == 3:  # mid-generation: three newer requests for the same document
+            for name in ("b", "c", "d"):
+                burst[name] = in_thread(e.complete_ids, PROMPT[:50 + len(burst)], doc_key="doc")
+                wait_until(lambda: e.sched.waiting_for("doc") == 1, "the newest request waits")
+                assert e.sched.depth() == (1, 1)  # one live generation, one waiting request
+            wait_until(lambda: not burst["b"][0].is_alive() and not burst["c"][0].is_alive(),
+                       "superseded waiting requests return")
+
+    ids, st = e.complete_ids(PROMPT, doc_key="doc", on_tokens=on_tokens)
+    assert st.stop_reason == "superseded"
+    assert st.target_forwards == 2  # the step it was in when superseded was its last
+    for name in ("b", "c"):
+        out_ids, out_st = burst[name][1]["out"]
+        assert out_ids == [] and out_st.stop_reason == "superseded"
+    burst["d"][0].join()
+    d_ids, d_st = burst["d"][1]["out"]
+    assert d_st.stop_reason in ("length", "eos")
+    assert d_ids == engine(random_pair(tok), drafter="none", max_new_tokens=40).complete_ids(
+        PROMPT[:52], doc_key="x")[0]
+    assert e.counters["superseded"] == 3
+
+
+def test_caller_cancel_stops_within_one_step(tok):  # noqa: F811
+    e = engine(random_pair(tok), drafter="model", max_new_tokens=40)
+    cancel = threading.Event()
+    calls = []
+
+    def on_tokens(ids):
+        calls.append(ids)
+        if len(calls) == 2:
+            cancel.set()
+
+    ids, st = e.complete_ids(PROMPT, doc_key="doc", cancel=cancel, on_tokens=on_tokens)
+    assert st.stop_reason == "cancelled" and st.target_forwards == 1
+
+
+def test_warmup_yields_to_interactive_requests(tok):  # noqa: F811
+    e = engine(random_pair(tok), warmup_chunk=16)
+    log: list[str] = []
+    real = e.sched.batcher.forward
+    started: dict = {}
+
+    def doc_of(runner):
+        return next(d for d, s in e.slots.items() if runner in (s.target, s.draft))
+
+    def spy(runner, ids):
+        doc = doc_of(runner)
+        log.append(doc)
+        if doc == "w" and "i" not in started:  # the first warmup chunk: a request arrives
+            started["i"] = in_thread(e.complete_ids, PROMPT[:30], doc_key="i")
+            wait_until(lambda: e.sched.depth()[1] == 2, "the request is admitted next to the warmup")
+        return real(runner, ids)
+
+    e.sched.batcher.forward = spy
+    computed = e.prefill(PROMPT * 2, doc_key="w")
+    started["i"][0].join()
+    assert computed == len(PROMPT) * 2
+    assert started["i"][1]["out"][1].stop_reason in ("length", "eos")
+    assert e.counters["warmup_preempted"] >= 1
+    last_i = len(log) - 1 - log[::-1].index("i")
+    # after its first chunk (target and draft), the warmup waited for the whole request
+    assert log[0] == "w" and log[:last_i].count("w") == 2
+    assert e.sched.depth() == (0, 0)
+
+
+def test_warmup_for_a_document_with_a_request_is_dropped(tok):  # noqa: F811
+    e = engine(random_pair(tok), drafter="none", max_new_tokens=20)
+    got = {}
+
+    def on_tokens(ids):
+        if not got:
+            got["n"] = e.prefill(PROMPT + [5, 6], doc_key="doc")
+
+    e.complete_ids(PROMPT, doc_key="doc", on_tokens=on_tokens)
+    assert got["n"] == 0
+
+
+def test_queue_limit_refuses_and_admission_resumes():
+    s = Scheduler(SchedulerConfig(max_batch=1, max_queue=1))
+    a = s.acquire("a")
+    th, box = in_thread(s.acquire, "b")
+    wait_until(lambda: s.waiting_for("b") == 1, "b waits behind a")
+    with pytest.raises(Overloaded, match="waiting"):
+        s.acquire("c", INTERACTIVE)
+    s.release(a)
+    th.join()
+    assert box["out"].live and s.depth() == (0, 1)
+
+
+def test_memory_guard_queues_instead_of_exceeding(tok):  # noqa: F811
+    pair = random_pair(tok)
+    e = engine(pair, drafter="none", max_new_tokens=6)
+    e = engine(pair, drafter="none", max_new_tokens=6, kv_budget_mb=1.5 * e.slot_bytes / 2**20)
+    other: dict = {}
+
+    def on_tokens(ids):
+        if not other:
+            other["b"] = in_thread(e.complete_ids, PROMPT[:20], doc_key="b")
+            wait_until(lambda: e.sched.waiting_for("b") == 1, "b queues for memory")
+            assert list(e.slots) == ["a"]
+
+    e.complete_ids(PROMPT, doc_key="a", on_tokens=on_tokens)
+    other["b"][0].join()
+    assert other["b"][1]["out"][1].stop_reason in ("length", "eos")
+    assert list(e.slots) == ["b"] and e.counters["evictions"] == 1
+
+
+def test_concurrent_documents_batch_and_match_serial(tok):  # noqa: F811
+    pair = random_pair(tok, seed=11)
+    prompts = {f"doc{i}": PROMPT[i * 5:60 + i * 7] for i in range(3)}
+    serial = engine(pair, max_new_tokens=12)
+    want = {d: serial.complete_ids(p, doc_key=d)[0] for d, p in prompts.items()}
+    e = engine(pair, max_new_tokens=12, max_batch=4, batch_wait_ms=50)
+    together = threading.Barrier(3)
+
+    def first_step(ids, seen=[]):
+        if threading.get_ident() not in seen:
+            seen.append(threading.get_ident())
+            together.wait()  # all three live before any verify step
+
+    runs = {d: in_thread(e.complete_ids, p, doc_key=d, on_tokens=first_step) for d, p in prompts.items()}
+    for d, (th, box) in runs.items():
+        th.join()
+        assert box["out"][0] == want[d]
+    assert e.sched.batcher.batched_calls > 0
+
+
+def test_type_through_serves_the_rest(tok):  # noqa: F811
+    e = engine(random_pair(tok, seed=2), type_through=True, max_new_tokens=16)
+    prefix, suffix = "def mean(xs):\n    return ", "\n"
+    first = e.complete(prefix, suffix, doc_key="t")
+    assert len(first.text) > 3
+    for n in (1, 3):
+        c = e.complete(prefix + first.text[:n], suffix, doc_key="t")
+        assert c.extra["type_through"] and c.text == first.text[n:]
+    c = e.complete(prefix + "#", suffix, doc_key="t")  # typed something else: generate
+    assert not c.extra["type_through"]
+
+
+def test_type_through_follows_a_generation_in_flight(tok):  # noqa: F811
+    e = engine(random_pair(tok, seed=2), type_through=True, max_new_tokens=16, drafter="none")
+    prefix, suffix = "def mean(xs):\n    return ", "\n"
+    cancel = threading.Event()
+    follower: dict = {}
+    streamed: list[str] = []
+
+    def on_text(delta):
+        if not follower and len(e.records["t"].text) >= 2:
+            typed = e.records["t"].text[:2]
+            follower["typed"] = typed
+            follower["run"] = in_thread(e.complete, prefix + typed, suffix, doc_key="t",
+                                        on_text=streamed.append)
+            wait_until(lambda: e.records["t"].followers == 1, "the new request follows")
+            cancel.set()  # the editor cancels the old request: the follower keeps it alive
+
+    first = e.complete(prefix, suffix, doc_key="t", cancel=cancel, on_text=on_text)
+    follower["run"][0].join()
+    c = follower["run"][1]["out"]
+    assert first.stats.stop_reason in ("length", "eos")
+    assert c.extra["type_through"] and c.text == first.text[len(follower["typed"]):]
+    assert "".join(streamed) == c.text
