@@ -1,0 +1,158 @@
+// The demo page's logic without the DOM: the WebSocket client for `completer serve`
+// (hello, complete with streamed chunks, warmup, cancel, feedback, error frames) and the
+// ghost-text rules (triggers, word-by-word accept, type-through). app.js wires it to the page.
+import { encode, decode } from "./msgpack.js";
+
+/** Characters after which the server is asked to prefill (warmup) before the request comes. */
+export const WARMUP_TRIGGERS = ["\n", "(", "=", ":"];
+
+/** True when an edit that inserted `inserted` should send a warmup frame. */
+export function isWarmupTrigger(inserted) {
+  return typeof inserted === "string" && inserted.length > 0 &&
+    WARMUP_TRIGGERS.includes(inserted[inserted.length - 1]);
+}
+
+/**
+ * The next piece a word-by-word accept takes from `ghost`: leading whitespace plus one word, or
+ * one run of punctuation; a newline ends a piece so a line break is accepted on its own.
+ */
+export function nextWord(ghost) {
+  const m = ghost.match(/^[ \t]*(?:\n|[A-Za-z0-9_]+|[^A-Za-z0-9_\s]+)?/);
+  const piece = m ? m[0] : "";
+  return piece.length > 0 ? piece : ghost.slice(0, 1);
+}
+
+/**
+ * Ghost text after the user typed `inserted` at the ghost's position: the rest of the ghost
+ * when the typing matches its start (type-through), else null (the ghost is stale).
+ */
+export function typeThrough(ghost, inserted) {
+  if (!ghost || !inserted || !ghost.startsWith(inserted)) return null;
+  return ghost.slice(inserted.length);
+}
+
+/** ws URL with `?token=` added for browsers (they cannot set headers on a WebSocket). */
+export function withToken(url, token) {
+  if (!token) return url;
+  const u = new URL(url);
+  u.searchParams.set("token", token);
+  return u.toString();
+}
+
+/**
+ * One connection to `completer serve`. Events (set as properties):
+ *   onState(state, detail)  state: "connecting" | "open" | "ready" | "closed"
+ *   onChunk(id, delta), onDone(id, text, cancelled, stats), onError(id, code, message)
+ * Frames for requests other than the latest are still passed on: the caller decides by id.
+ */
+export class CompleterClient {
+  constructor(url, { token, WebSocketImpl = globalThis.WebSocket, clientName = "web-demo" } = {}) {
+    this.url = withToken(url, token);
+    this.token = token;
+    this.clientName = clientName;
+    this.WebSocketImpl = WebSocketImpl;
+    this.nextId = 1;
+    this.inflight = new Set();
+    this.server = null;
+    this.ws = null;
+    this.onState = () => {};
+    this.onChunk = () => {};
+    this.onDone = () => {};
+    this.onError = () => {};
+  }
+
+  connect() {
+    this.onState("connecting", this.url);
+    const ws = new this.WebSocketImpl(this.url);
+    ws.binaryType = "arraybuffer";
+    this.ws = ws;
+    ws.onopen = () => {
+      this.onState("open", this.url);
+      this.send({ type: "hello", client: this.clientName, token: this.token || undefined });
+    };
+    ws.onmessage = (ev) => this.receive(ev.data);
+    ws.onclose = (ev) => {
+      if (this.ws !== ws) return;
+      this.inflight.clear();
+      this.onState("closed", ev && ev.reason ? ev.reason : `code ${ev ? ev.code : "?"}`);
+    };
+    ws.onerror = () => {};
+  }
+
+  close() {
+    const ws = this.ws;
+    this.ws = null;
+    if (ws) ws.close();
+  }
+
+  get isOpen() {
+    return this.ws !== null && this.ws.readyState === 1;
+  }
+
+  send(frame) {
+    if (!this.isOpen) return false;
+    this.ws.send(encode(frame));
+    return true;
+  }
+
+  receive(data) {
+    let msg;
+    try {
+      msg = decode(data instanceof ArrayBuffer ? new Uint8Array(data) : data);
+    } catch (e) {
+      this.onError(null, "client_decode", `undecodable frame from the server: ${e.message}`);
+      return;
+    }
+    if (msg === null || typeof msg !== "object") {
+      this.onError(null, "client_decode", "frame is not a map");
+      return;
+    }
+    switch (msg.type) {
+      case "hello":
+        this.server = msg;
+        this.onState(msg.ready === false ? "open" : "ready", msg);
+        break;
+      case "chunk":
+        this.onChunk(msg.id, msg.text ?? "");
+        break;
+      case "done":
+        this.inflight.delete(msg.id);
+        this.onDone(msg.id, msg.text ?? "", Boolean(msg.cancelled), msg.stats ?? {});
+        break;
+      case "error":
+        if (msg.id !== null && msg.id !== undefined) this.inflight.delete(msg.id);
+        this.onError(msg.id ?? null, msg.code ?? "error", msg.message ?? "");
+        break;
+      case "pong":
+        break;
+      default:
+        // A server newer than this page may send more types; the page has nothing to do with them.
+        break;
+    }
+  }
+
+  /** Ask for a completion; returns its id, or null when not connected. */
+  complete({ doc, prefix, suffix, language, maxNewTokens }) {
+    const id = this.nextId++;
+    const ok = this.send({ type: "complete", id, doc, prefix, suffix, language,
+                           max_new_tokens: maxNewTokens, stream: true });
+    if (!ok) return null;
+    this.inflight.add(id);
+    return id;
+  }
+
+  warmup({ doc, prefix, suffix, language }) {
+    return this.send({ type: "warmup", doc, prefix, suffix, language });
+  }
+
+  /** Cancel a request still running; a no-op for finished ones. */
+  cancel(id) {
+    if (id === null || !this.inflight.has(id)) return false;
+    this.inflight.delete(id);
+    return this.send({ type: "cancel", id });
+  }
+
+  feedback(id, accepted, acceptedChars) {
+    return this.send({ type: "feedback", id, accepted, accepted_chars: acceptedChars });
+  }
+}
