@@ -1,0 +1,244 @@
+"""Web demo (editor-plugin/web) end to end: headless Debian Chromium opens the page from a static
+server on localhost, the page talks to a real `completer serve` on the tiny model pair, and the
+test types through the DevTools protocol: ghost text streams in, Ctrl+Right takes a word, Tab
+takes the rest. Also: the page's msgpack codec against Python's msgpack, both directions."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import msgpack
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+WEB = REPO / "editor-plugin" / "web"
+VENV_BIN = Path(sys.executable).parent
+CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+NODE = shutil.which("node")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(cond, timeout: float, what: str, step: float = 0.1, proc: subprocess.Popen | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"process exited ({proc.returncode}) while waiting for {what}")
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+FRAMES = [
+    {"type": "hello", "server": "completer", "version": "0.1.0", "model": {"target": "t", "params": 10_000_000},
+     "ready": True},
+    {"type": "chunk", "id": 7, "text": "déf ✓ 中文 😀"},
+    {"type": "done", "id": "r-1", "text": "x" * 300, "cancelled": False,
+     "stats": {"ttft_ms": 12.5, "total_ms": 80.25, "new_tokens": 3, "neg": -70000, "big": 2**40}},
+    {"type": "error", "id": None, "code": "bad_frame", "message": "expected a map"},
+    {"list": [1, [2, [3, None]], True, False, -1.5e-3], "bin": b"\x00\xff" * 40, "empty": {}},
+    {"k%d" % i: i for i in range(20)},
+]
+
+
+@pytest.mark.skipif(NODE is None, reason="node not installed")
+def test_msgpack_codec_agrees_with_python_msgpack(tmp_path):
+    """Python packs → the page's codec decodes and re-encodes → Python unpacks the same values."""
+    script = tmp_path / "roundtrip.mjs"
+    script.write_text(
+        f"import {{ encode, decode }} from {json.dumps((WEB / 'msgpack.js').as_uri())};\n"
+        "const input = JSON.parse(process.argv[2]);\n"
+        "const out = input.map((h) => Buffer.from(encode(decode(Buffer.from(h, 'hex')))).toString('hex'));\n"
+        "process.stdout.write(JSON.stringify(out));\n")
+    packed = [msgpack.packb(f, use_bin_type=True).hex() for f in FRAMES]
+    r = subprocess.run([NODE, str(script), json.dumps(packed)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    back = [msgpack.unpackb(bytes.fromhex(h), raw=False) for h in json.loads(r.stdout)]
+    assert back == FRAMES
+    # Both sides choose the smallest forms, so the bytes agree too.
+    assert json.loads(r.stdout) == packed
+
+
+class Cdp:
+    """A minimal DevTools-protocol client over the `websockets` sync API."""
+
+    def __init__(self, ws_url: str):
+        from websockets.sync.client import connect
+
+        self.ws = connect(ws_url, max_size=None, open_timeout=30)
+        self.next_id = 0
+
+    def call(self, method: str, **params):
+        self.next_id += 1
+        my_id = self.next_id
+        self.ws.send(json.dumps({"id": my_id, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv(timeout=30))
+            if msg.get("id") == my_id:
+                if "error" in msg:
+                    raise AssertionError(f"{method}: {msg['error']}")
+                return msg.get("result", {})
+
+    def js(self, expr: str):
+        r = self.call("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in r:
+            raise AssertionError(f"{expr}: {r['exceptionDetails']}")
+        return r["result"].get("value")
+
+    def key(self, key: str, code: str, vk: int, text: str = "", modifiers: int = 0):
+        base = {"key": key, "code": code, "windowsVirtualKeyCode": vk, "modifiers": modifiers}
+        self.call("Input.dispatchKeyEvent", type="keyDown", text=text, **base)
+        self.call("Input.dispatchKeyEvent", type="keyUp", **base)
+
+    def type(self, text: str, delay: float = 0.03):
+        """Keystroke by keystroke, so the page sees typing continue while requests run."""
+        for ch in text:
+            if ch == "\n":
+                self.key("Enter", "Enter", 13, text="\r")
+            else:
+                self.call("Input.insertText", text=ch)
+            time.sleep(delay)
+
+    def close(self):
+        self.ws.close()
+
+
+@pytest.fixture
+def chromium(tmp_path):
+    if CHROMIUM is None:
+        pytest.skip("chromium not installed (apt-get install -y chromium)")
+    profile = tmp_path / "profile"
+    proc = subprocess.Popen(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-extensions",
+         "--disable-default-apps", "--mute-audio", f"--user-data-dir={profile}",
+         "--remote-debugging-port=0", "--remote-allow-origins=*", "--window-size=1100,760", "about:blank"],
+        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "chromium.log", "w"))
+    try:
+        port_file = profile / "DevToolsActivePort"
+        wait_for(lambda: port_file.exists() and port_file.read_text().strip(), 60, "chromium DevTools port",
+                 proc=proc)
+        port = int(port_file.read_text().split()[0])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
+            page = next(t for t in json.load(r) if t["type"] == "page")
+        cdp = Cdp(page["webSocketDebuggerUrl"])
+        yield cdp
+        cdp.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture
+def static_site(tmp_path):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                             "--directory", str(WEB)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: http_ok(base + "/index.html"), 30, "the static server", proc=proc)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def completer_serve(tmp_path, tiny_pair):
+    target, draft = tiny_pair
+    port = free_port()
+    exe = VENV_BIN / "completer"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "completer.cli"]
+    log = open(tmp_path / "serve.log", "w")
+    proc = subprocess.Popen(
+        cmd + ["serve", "--host", "127.0.0.1", "--port", str(port), "--target", str(target),
+               "--draft", str(draft), "--max-new-tokens", "16"],
+        stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    try:
+        wait_for(lambda: http_ok(f"http://127.0.0.1:{port}/health"), 120, "completer serve /health",
+                 step=0.25, proc=proc)
+        yield f"ws://127.0.0.1:{port}/ws"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        print("--- completer serve log (tail) ---\n" + (tmp_path / "serve.log").read_text()[-3000:])
+
+
+def page_state(cdp: Cdp) -> dict:
+    return cdp.js("""(() => {
+      const e = document.getElementById('editor'), g = document.getElementById('ghost');
+      return { state: document.body.dataset.state, ghost: g ? g.textContent : '',
+               value: e.value, cursor: e.selectionStart, latency: document.getElementById('latency').textContent,
+               errors: [...document.querySelectorAll('#errors li')].map((li) => li.textContent),
+               status: document.getElementById('status').textContent };
+    })()""")
+
+
+def drive_page(cdp: Cdp, page_url: str, shot: Path) -> None:
+    """Open the page, type a statement, wait for a finished ghost text, take a word, then the rest."""
+    cdp.call("Page.enable")
+    cdp.call("Page.navigate", url=page_url)
+    wait_for(lambda: page_state(cdp)["state"] == "ready", 60, "the page to connect to completer serve")
+    cdp.js("(() => { const e = document.getElementById('editor'); e.focus();"
+           " e.setSelectionRange(e.value.length, e.value.length); })()")
+    before = page_state(cdp)["value"]
+    cdp.type("    return fibonacci(n - 1) + ")
+    typed = before + "    return fibonacci(n - 1) + "
+
+    def finished_ghost():
+        s = page_state(cdp)
+        return s if s["ghost"].strip() and "page:" in s["latency"] else None
+    s = wait_for(finished_ghost, 60, "a streamed ghost text and its done frame", step=0.2)
+    assert s["value"] == typed and s["cursor"] == len(typed)
+    assert s["errors"] == [], s["errors"]
+    assert "TTFT" in s["latency"] or "first chunk" in s["latency"], s["latency"]
+    ghost = s["ghost"]
+    shot.write_bytes(base64.b64decode(cdp.call("Page.captureScreenshot", format="png")["data"]))
+
+    cdp.key("ArrowRight", "ArrowRight", 39, modifiers=2)  # Ctrl+Right: one word
+    s = page_state(cdp)
+    taken = s["value"][len(typed):]
+    assert taken and ghost.startswith(taken), (taken, ghost)
+    assert s["ghost"] == ghost[len(taken):]
+    if s["ghost"]:
+        cdp.key("Tab", "Tab", 9)
+        s = page_state(cdp)
+    assert s["value"] == typed + ghost
+    assert s["cursor"] == len(typed + ghost)
+
+
+def test_page_streams_ghost_text_and_accepts_it(chromium, static_site, completer_serve, tmp_path):
+    from urllib.parse import quote
+
+    shot = Path(os.environ.get("EDITOR_SCREENSHOT_DIR", tmp_path)) / "web-demo.png"
+    drive_page(chromium, f"{static_site}/index.html?ws={quote(completer_serve, safe='')}", shot)
+    print(f"screenshot: {shot}")
