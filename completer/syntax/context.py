@@ -1,0 +1,295 @@
+"""Context selection under a token budget: the prefix and suffix windows cut at syntax boundaries,
+plus a header of what the prefix window leaves out (imports, sibling signatures, the signatures
+of the enclosing definitions).
+
+Order is chosen for the KV cache (the engine's SPM layout is `<fim_suffix> suffix <fim_middle>
+prefix`, the prefix ending at the cursor): the header comes first and depends only on the window
+start, the window start moves on a grid of lines, so while the user types only the last tokens of
+the prompt change."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from tree_sitter import Node
+
+from ..documents import Snapshot, line_starts
+from .lang import captures, node_at, spec
+from .options import SyntaxOptions
+
+# Characters per token never exceed this for the tokenizers we meet (code averages 3–4): it
+# bounds how much text is looked at and tokenized.
+MAX_CHARS_PER_TOKEN = 12
+
+
+@dataclass(frozen=True)
+class Span:
+    kind: str   # import | sibling | signature | prefix | suffix
+    start: int  # char offsets in the document
+    end: int
+
+
+@dataclass(frozen=True)
+class Context:
+    prefix: str
+    suffix: str
+    spans: tuple[Span, ...]
+    tokens: int      # prefix + suffix as the engine will count them
+    raw_tokens: int  # what a raw prefix/suffix window of the same budget would use
+
+    @property
+    def saved(self) -> int:
+        return max(self.raw_tokens - self.tokens, 0)
+
+
+@dataclass(frozen=True)
+class _Item:
+    kind: str
+    node: Node
+    text: str
+    priority: int  # lower is kept first when the header budget runs out
+    order: float   # position in the header
+
+
+def select_context(snap: Snapshot, offset: int, count_tokens: Callable[[str], int], budget: int,
+                   opts: SyntaxOptions = SyntaxOptions()) -> Context:
+    """Prefix/suffix for a completion at char `offset` whose token count is at most `budget`."""
+    text = snap.text
+    reach = max(budget, 1) * MAX_CHARS_PER_TOKEN
+    lo, hi = max(offset - reach, 0), min(offset + reach, len(text))
+    # absolute line numbers keep the grid stable; only the text within reach is scanned
+    first_line = text.count("\n", 0, lo) if lo else 0
+    starts = [lo + s for s in line_starts(text[lo:hi])]
+    if lo:  # the first partial line is not a line start
+        starts = starts[1:]
+        first_line += 1
+    cur = max(i for i, s in enumerate(starts) if s <= offset) if starts and starts[0] <= offset else -1
+
+    suffix_budget = int(budget * opts.suffix_share)
+    s_end = _suffix_end(snap, offset, starts, cur, count_tokens, suffix_budget, opts)
+    suffix = text[offset:s_end]
+    s_tok = count_tokens(suffix)
+    room = budget - s_tok
+
+    win = lambda r: _window_start(snap, offset, starts, cur, first_line, count_tokens, r, opts)  # noqa: E731
+    w_start, header_items = win(room), []
+    if w_start > 0 and snap.tree is not None:
+        # Reserve the header's share, see what falls outside, then give back what it left over:
+        # the window can only grow, so the second header is a subset of the first's candidates.
+        cap = int(budget * opts.header_share)
+        w_start = win(room - cap)
+        header_items = _fit(_header_candidates(snap, offset, w_start, s_end, opts), count_tokens, cap)
+        h_tok = count_tokens(_render(header_items))
+        w_start = win(room - h_tok)
+        header_items = _fit(_header_candidates(snap, offset, w_start, s_end, opts), count_tokens, h_tok)
+    header = _render(header_items)
+    prefix = header + text[w_start:offset]
+    spans = tuple(Span(i.kind, *_char_range(snap, i.node)) for i in _ordered(header_items))
+    spans += (Span("prefix", w_start, offset), Span("suffix", offset, s_end))
+    tokens = count_tokens(prefix) + s_tok
+    # the engine's own window: the last `budget` tokens of the prefix and a share for the suffix
+    # (4 chars per token is enough text to fill it for code)
+    raw_pre = count_tokens(text[max(offset - 4 * budget, 0):offset])
+    raw = min(raw_pre + min(count_tokens(text[offset:offset + 4 * budget]), suffix_budget), budget)
+    return Context(prefix, suffix, spans, tokens, raw)
+
+
+def _char_range(snap: Snapshot, node: Node) -> tuple[int, int]:
+    return len(_text(snap, 0, node.start_byte)), len(_text(snap, 0, node.end_byte))
+
+
+# -- windows ---------------------------------------------------------------------------------
+def _boundary_lines(snap: Snapshot, starts: list[int], a: int, b: int) -> set[int]:
+    """Indices i in [a, b) of lines that begin with a statement directly inside a block."""
+    if snap.tree is None:
+        return {i for i in range(a, b) if snap.text[starts[i]:starts[i] + 1] not in (" ", "\t")}
+    if a >= b:
+        return set()
+    lo_b = snap.byte_at(starts[a])
+    hi_b = snap.byte_at(starts[b - 1]) + 1
+    blocks = {n.id for ns in captures(snap, "blocks", lo_b, hi_b).values() for n in ns}
+    root = snap.tree.root_node
+    out = set()
+    for i in range(a, b):
+        line = snap.text[starts[i]:starts[i + 1] if i + 1 < len(starts) else len(snap.text)]
+        stripped = line.lstrip(" \t")
+        if not stripped.strip():
+            continue
+        bpos = snap.byte_at(starts[i] + len(line) - len(stripped))
+        n = root.descendant_for_byte_range(bpos, bpos + 1)
+        while n is not None and n.parent is not None and n.parent.start_byte == bpos:
+            n = n.parent
+        if n is not None and n.start_byte == bpos and n.parent is not None and n.parent.id in blocks:
+            out.add(i)
+    return out
+
+
+def _window_start(snap: Snapshot, offset: int, starts: list[int], cur: int, first_line: int,
+                  count_tokens, room: int, opts: SyntaxOptions) -> int:
+    """Char offset where the prefix window starts: the earliest grid line (absolute line numbers
+    on a grid of `grid_lines`) within `prefix_lines` whose text up to the cursor fits `room`,
+    moved forward to the next syntax boundary within the grid cell."""
+    if cur < 0 or room <= 0:
+        return offset
+    g = max(opts.grid_lines, 1)
+    lowest = max(cur - opts.prefix_lines, 0)
+    while True:
+        line = _first_fitting(snap.text, offset, starts, lowest, cur, first_line, g, count_tokens, room)
+        # a window of fewer than 4 grid cells wastes too much of a small budget: refine the grid
+        if line is None or cur - line >= 4 * g or g == 1:
+            break
+        g = max(g // 4, 1)
+    if line is None:
+        return offset  # not even the cursor line fits
+    if line == 0 and first_line == 0:
+        return 0
+    nxt = min(line + g, cur + 1)
+    bounds = _boundary_lines(snap, starts, line, nxt)
+    return starts[min(bounds)] if bounds else starts[line]
+
+
+def _first_fitting(text, offset, starts, lowest, cur, first_line, g, count_tokens, room) -> int | None:
+    """The earliest line on the grid (absolute line numbers, multiples of g) in [lowest, cur]
+    whose text up to the cursor fits `room` tokens; the cursor line if none."""
+    grid = [i for i in range(lowest, cur + 1) if (first_line + i) % g == 0]
+    if not grid or grid[-1] != cur:
+        grid.append(cur)
+    lo_i, hi_i = 0, len(grid) - 1
+    while lo_i < hi_i:
+        mid = (lo_i + hi_i) // 2
+        if count_tokens(text[starts[grid[mid]]:offset]) <= room:
+            hi_i = mid
+        else:
+            lo_i = mid + 1
+    line = grid[lo_i]
+    return line if count_tokens(text[starts[line]:offset]) <= room else None
+
+
+def _suffix_end(snap: Snapshot, offset: int, starts: list[int], cur: int, count_tokens,
+                budget: int, opts: SyntaxOptions) -> int:
+    """End of the suffix window: whole lines (at most `suffix_lines` after the cursor line) that
+    fit `budget`, ended before a syntax boundary when one lies in the window's second half."""
+    text = snap.text
+    if budget <= 0:
+        return offset
+    ends = [starts[i] for i in range(cur + 1, min(cur + 2 + opts.suffix_lines, len(starts)))]
+    if cur + 1 + opts.suffix_lines >= len(starts):
+        ends.append(len(text))
+    ends = [e for e in ends if e > offset] or [len(text)]
+    lo_i, hi_i = 0, len(ends) - 1
+    while lo_i < hi_i:  # last end that fits
+        mid = (lo_i + hi_i + 1) // 2
+        if count_tokens(text[offset:ends[mid]]) <= budget:
+            lo_i = mid
+        else:
+            hi_i = mid - 1
+    end = ends[lo_i]
+    if count_tokens(text[offset:end]) > budget:
+        return offset
+    k = starts.index(end) if end in starts else len(starts)
+    half = cur + 1 + (k - cur - 1) // 2
+    bounds = _boundary_lines(snap, starts, half, k) if k < len(starts) else set()
+    return starts[max(bounds)] if bounds and end < len(text) else end
+
+
+# -- header ----------------------------------------------------------------------------------
+def _text(snap: Snapshot, lo: int, hi: int) -> str:
+    return snap.source[lo:hi].decode("utf-8", "replace")
+
+
+def _signature(snap: Snapshot, d: Node, body: Node) -> str:
+    src = snap.source
+    lead = _text(snap, src.rfind(b"\n", 0, d.start_byte) + 1, d.start_byte)
+    indent = lead if not lead.strip() else ""
+    head = body.prev_sibling  # the last token of the header (comments before the body are extras)
+    while head is not None and head.is_extra:
+        head = head.prev_sibling
+    sig = _text(snap, d.start_byte, head.end_byte if head is not None else body.start_byte).rstrip()
+    if src[body.start_byte:body.start_byte + 1] == b"{":
+        sig += " {"
+    return indent + sig
+
+
+def _header_candidates(snap: Snapshot, offset: int, w_start: int, s_end: int,
+                       opts: SyntaxOptions) -> list[_Item]:
+    b_cur, b_win, b_end = snap.byte_at(offset), snap.byte_at(w_start), snap.byte_at(s_end)
+    items: list[_Item] = []
+    for n in captures(snap, "imports", 0, b_win).get("import", []):
+        if n.end_byte <= b_win:
+            items.append(_Item("import", n, _text(snap, n.start_byte, n.end_byte), 1, -1.0))
+    reach = 64 * 1024  # siblings farther away than this are not worth a query over the file
+    defs = captures(snap, "definitions", max(b_win - reach, 0), b_end + reach)
+    bodies = {d.id: b for d, b in _pair_bodies(defs)}
+    by_id = {d.id: d for d, _ in _pair_bodies(defs)}
+    enclosing = [d for d in by_id.values() if d.start_byte < b_win and b_cur <= d.end_byte
+                 and bodies[d.id].start_byte < b_cur]
+    chain = {d.id for d in enclosing}
+    for d in enclosing:
+        items.append(_Item("signature", d, _signature(snap, d, bodies[d.id]), 0, d.start_byte))
+    sp = spec(snap.language)
+    near = []
+    for d in by_id.values():
+        if d.id in chain or not (d.end_byte <= b_win or d.start_byte >= b_end):
+            continue
+        owner = _owner(d, by_id)
+        if owner is not None and owner not in chain:
+            continue
+        sig = _signature(snap, d, bodies[d.id])
+        indent = sig[: len(sig) - len(sig.lstrip())]
+        body = sp.elided_body.format(indent=indent)
+        # a sibling after the suffix goes right after its owner's signature, so that the innermost
+        # enclosing signature still leads straight into the window
+        order = d.start_byte if d.end_byte <= b_win else (
+            by_id[owner].start_byte + 0.5 if owner is not None else -0.5)
+        near.append((min(abs(d.end_byte - b_win), abs(d.start_byte - b_end)), d, sig + body, order))
+    near.sort(key=lambda t: t[0])
+    for _, d, txt, order in near[: opts.max_siblings]:
+        items.append(_Item("sibling", d, txt, 2, order))
+    return items
+
+
+def _pair_bodies(caps: dict[str, list[Node]]) -> list[tuple[Node, Node]]:
+    """(definition, body) pairs: each body is the `body` field child of its definition."""
+    defs = caps.get("definition", [])
+    bodies = {b.id for b in caps.get("body", [])}
+    out = []
+    for d in defs:
+        body = next((c for c in _descendants_to_depth(d, 3) if c.id in bodies), None)
+        if body is not None:
+            out.append((d, body))
+    return out
+
+
+def _descendants_to_depth(n: Node, depth: int):
+    frontier = [n]
+    for _ in range(depth):
+        frontier = [c for f in frontier for c in f.children]
+        yield from frontier
+
+
+def _owner(d: Node, by_id: dict[int, Node]) -> int | None:
+    p = d.parent
+    while p is not None:
+        if p.id in by_id:
+            return p.id
+        p = p.parent
+    return None
+
+
+def _fit(items: list[_Item], count_tokens, cap: int) -> list[_Item]:
+    """Greedy by priority (signatures, imports, nearest siblings) under `cap` tokens."""
+    kept, used = [], 0
+    for it in sorted(items, key=lambda i: i.priority):
+        t = count_tokens(it.text + "\n")
+        if used + t <= cap:
+            kept.append(it)
+            used += t
+    return kept
+
+
+def _ordered(items: list[_Item]) -> list[_Item]:
+    return sorted(items, key=lambda i: (i.order, i.node.start_byte))
+
+
+def _render(items: list[_Item]) -> str:
+    return "".join(i.text + "\n" for i in _ordered(items))

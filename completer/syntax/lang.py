@@ -1,0 +1,95 @@
+"""Per-language facts the syntax layer needs: the .scm queries (loaded once, run only over a byte
+range around the cursor) and the few lexical conventions no query can express (block openers,
+line comments, quotes)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from tree_sitter import Node, Query, QueryCursor
+
+from ..documents import Snapshot, ts_language
+
+QUERY_DIR = Path(__file__).parent / "queries"
+QUERY_FOLDER = {"tsx": "typescript"}  # TSX shares TypeScript's node names
+
+
+@dataclass(frozen=True)
+class LangSpec:
+    openers: str = "{"          # a line ending with one of these opens a block
+    indent_blocks: bool = False  # blocks end by dedent (Python) rather than by a closer
+    line_comment: str = "//"
+    quotes: str = "\"'`"
+    elided_body: str = " { /* ... */ }"  # stands in for a sibling definition's body
+    header_keywords: frozenset[str] = frozenset()  # a line starting so opens a block (unparsed)
+
+
+SPECS = {
+    "python": LangSpec(openers=":", indent_blocks=True, line_comment="#", quotes="\"'",
+                       elided_body="\n{indent}    ...",
+                       header_keywords=frozenset("def class if elif else for while try except "
+                                                 "finally with async match case".split())),
+    "javascript": LangSpec(), "typescript": LangSpec(), "tsx": LangSpec(),
+    "go": LangSpec(quotes="\"'`"), "rust": LangSpec(quotes="\""),
+}
+PLAIN = LangSpec(openers="{:", line_comment="", quotes="\"'")
+
+CLOSERS = {")": "(", "]": "[", "}": "{"}
+OPENERS = {v: k for k, v in CLOSERS.items()}
+
+
+def spec(language: str | None) -> LangSpec:
+    return SPECS.get(language or "", PLAIN)
+
+
+@lru_cache(maxsize=None)
+def query(language: str, name: str) -> Query | None:
+    path = QUERY_DIR / QUERY_FOLDER.get(language, language) / f"{name}.scm"
+    if not path.is_file():
+        return None
+    return Query(ts_language(language), path.read_text())
+
+
+def captures(snap: Snapshot, name: str, lo: int, hi: int) -> dict[str, list[Node]]:
+    """Captures of query `name` over byte range [lo, hi) of the snapshot's tree."""
+    if snap.tree is None or snap.language is None:
+        return {}
+    q = query(snap.language, name)
+    if q is None:
+        return {}
+    qc = QueryCursor(q)
+    qc.set_byte_range(max(lo, 0), max(hi, lo, 0))
+    return qc.captures(snap.tree.root_node)
+
+
+def node_at(snap: Snapshot, byte: int) -> Node | None:
+    """The smallest node that contains the byte just before `byte` (the token the cursor
+    touches from the left), or the root."""
+    if snap.tree is None:
+        return None
+    root = snap.tree.root_node
+    b = max(byte - 1, 0)
+    return root.descendant_for_byte_range(b, b + 1) or root
+
+
+def line_bounds(text: str, offset: int) -> tuple[int, int]:
+    """(start, end) char offsets of the line holding `offset`, end before its terminator."""
+    s = max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1
+    e = offset
+    while e < len(text) and text[e] not in "\r\n":
+        e += 1
+    return s, e
+
+
+def indent_width(s: str, tab: int = 4) -> int:
+    """Visual width of the leading whitespace of `s`."""
+    w = 0
+    for ch in s:
+        if ch == " ":
+            w += 1
+        elif ch == "\t":
+            w += tab - w % tab
+        else:
+            break
+    return w

@@ -1,0 +1,2 @@
+(package_clause) @import
+(import_declaration) @import

@@ -1,0 +1,4 @@
+(program) @block
+(statement_block) @block
+(class_body) @block
+(switch_body) @block

@@ -1,0 +1,3 @@
+(source_file) @block
+(block) @block
+(declaration_list) @block

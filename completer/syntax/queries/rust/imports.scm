@@ -1,0 +1,2 @@
+(use_declaration) @import
+(extern_crate_declaration) @import
