@@ -97,8 +97,8 @@ def generate(target, prompt: list[int], max_new: int, sampling: Sampling,
         if cancel is not None and cancel.is_set():
             st.stop_reason = "cancelled"
             break
-        room = target.max_len - len(target.ids) - 1
-        if room <= 0:
+        room = target.max_len - len(target.ids) - 1  # draft tokens that fit after cur
+        if room < 0:
             st.stop_reason = "context"
             break
         kk = min(k.k if k else 0, max_new - len(out), room)
