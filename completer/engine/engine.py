@@ -100,11 +100,6 @@ def kv_reserve_bytes(model, ctx: int) -> int:
     return 2 * c.num_hidden_layers * kv * ctx * hd * elt
 
 
-def prompt_budget(ctx: int, max_new: int, max_draft_len: int) -> int:
-    """Prompt tokens that leave room for `max_new` tokens and one draft; shared with RemoteEngine."""
-    return max(ctx - max_new - max_draft_len - 1, ctx // 2)  # a long generation stops at the end
-
-
 def fork_runner(template):
     """A runner with its own empty cache that shares `template`'s weights. LlamaRunner
     concatenates its projections on construction: a fresh one per document would copy most of
@@ -251,7 +246,9 @@ class Engine:
 
     # -- prompts -----------------------------------------------------------------------------
     def prompt_budget(self, max_new: int | None = None) -> int:
-        return prompt_budget(self.ctx, max_new or self.cfg.max_new_tokens, self.cfg.max_draft_len)
+        """Prompt tokens that leave room for `max_new` tokens and a draft (RemoteEngine mirrors it)."""
+        room = self.ctx - (max_new or self.cfg.max_new_tokens) - self.cfg.max_draft_len - 1
+        return max(room, self.ctx // 2)  # a long generation stops at the context end instead
 
     def count_tokens(self, text: str) -> int:
         return len(self.tok.encode(text, add_special_tokens=False).ids)
