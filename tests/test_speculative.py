@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import random_llama
 
-from completer.engine.runner import HFRunner, LlamaRunner
+from completer.engine.runner import HFRunner, make_runner
 from completer.engine.speculative import generate, verify
 from draft_models.drafters import (AdaptiveK, CombinedDrafter, FastPathDrafter, ModelDrafter,
                                    NgramDrafter, Proposal, Sampling, warp)
@@ -37,8 +37,12 @@ class AlwaysWrong:
 PAIRS = [(64, 2, 32, 1), (48, 3, 48, 1)]  # (target hidden, layers, draft hidden, layers)
 
 
+def lean(model):
+    return make_runner(model)
+
+
 @pytest.mark.parametrize("pair", range(len(PAIRS)))
-@pytest.mark.parametrize("runner", [LlamaRunner, HFRunner])
+@pytest.mark.parametrize("runner", [lean, HFRunner])
 def test_greedy_equals_target_greedy(pair, runner):
     th, tl, dh, dl = PAIRS[pair]
     target = random_llama(th, tl, seed=10 + pair)
@@ -71,8 +75,8 @@ def test_greedy_at_context_limit():
     target = random_llama(32, 1, seed=3, ctx=48)
     draft = random_llama(32, 1, seed=4, ctx=48)
     prompt = list(range(1, 41))
-    out, st = generate(LlamaRunner(target), prompt, 30, Sampling(),
-                       ModelDrafter(LlamaRunner(draft), Sampling()), AdaptiveK(8, 1, 8))
+    out, st = generate(lean(target), prompt, 30, Sampling(),
+                       ModelDrafter(lean(draft), Sampling()), AdaptiveK(8, 1, 8))
     assert st.stop_reason == "context"
     assert out == hf_greedy(target, prompt, len(out))
     assert len(prompt) + len(out) == 48 + 1  # the last token is produced but never consumed
@@ -83,7 +87,7 @@ def test_eos_stops_and_is_excluded():
     prompt = [3, 4, 5]
     ref = hf_greedy(target, prompt, 20)
     eos = ref[5]
-    out, st = generate(LlamaRunner(target), prompt, 20, Sampling(), NgramDrafter(), AdaptiveK(4),
+    out, st = generate(lean(target), prompt, 20, Sampling(), NgramDrafter(), AdaptiveK(4),
                        eos_ids=frozenset({eos}))
     assert out == ref[: ref.index(eos)] and st.stop_reason == "eos"
 
@@ -99,7 +103,7 @@ def test_cancel_stops_between_steps():
         seen.extend(ids)
         ev.set()  # cancel after the first step
 
-    out, st = generate(LlamaRunner(target), [1, 2, 3], 50, Sampling(), None, None,
+    out, st = generate(lean(target), [1, 2, 3], 50, Sampling(), None, None,
                        cancel=ev, on_tokens=on_tokens)
     assert st.stop_reason == "cancelled" and len(out) == 1 and seen == out
 
@@ -122,8 +126,8 @@ def test_rejection_sampling_keeps_target_distribution():
     counts = torch.zeros(V, V)
     n = 4000
     for _ in range(n):
-        out, _ = generate(LlamaRunner(target), prompt, 2, s,
-                          ModelDrafter(LlamaRunner(draft), s, gen), AdaptiveK(3, 3, 3), gen=gen)
+        out, _ = generate(lean(target), prompt, 2, s,
+                          ModelDrafter(lean(draft), s, gen), AdaptiveK(3, 3, 3), gen=gen)
         counts[out[0], out[1]] += 1
     e = exp.flatten() * n
     keep = e >= 5  # chi-square validity: expected counts ≥ 5

@@ -82,7 +82,24 @@ def _quant_config(quant: str, dtype: torch.dtype):
     raise ModelError(f"--quant {quant}: expected one of {', '.join(QUANT_MODES)}")
 
 
-def load_model(name: str, device: torch.device, dtype: torch.dtype, quant: str = "none"):
+def load_model(name: str, device: torch.device, dtype: torch.dtype, quant: str = "none",
+               lean: bool = True):
+    """A plain Llama directory loads straight into shared fused weights (no transformers import:
+    seconds off a CPU cold start); anything else goes through AutoModelForCausalLM."""
+    cfg_path = Path(name) / "config.json"
+    if lean and quant == "none" and cfg_path.is_file():
+        import json
+
+        from .runner import LlamaWeights, lean_config_ok
+        try:
+            cfg = json.loads(cfg_path.read_text())
+        except (OSError, ValueError) as e:
+            raise ModelError(f"cannot read {cfg_path}: {e}") from None
+        if lean_config_ok(cfg) and any(Path(name).glob("*.safetensors")):
+            try:
+                return LlamaWeights.from_dir(name, dtype, device)
+            except (KeyError, OSError, ValueError, RuntimeError) as e:
+                raise ModelError(f"cannot load model {name}: {type(e).__name__}: {e}") from None
     from transformers import AutoModelForCausalLM
     try:
         kw = {}
@@ -105,7 +122,8 @@ def same_vocab(a, b) -> bool:
 
 
 def load_pair(target: str | None = None, draft: str | None = None, *, device: str = "auto",
-              dtype: str = "auto", quant: str = "none", use_draft: bool = True) -> Pair:
+              dtype: str = "auto", quant: str = "none", use_draft: bool = True,
+              lean: bool = True) -> Pair:
     from draft_models import DEFAULT_DRAFT, DEFAULT_TARGET
 
     if quant not in QUANT_MODES:
@@ -130,7 +148,7 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
         if not same_vocab(tok, dtok):
             raise ModelError(f"tokenizer mismatch: draft {draft} and target {target} do not share "
                              "a vocabulary, so draft tokens cannot be verified")
-    tmodel = load_model(target, dev, dt, quant)
+    tmodel = load_model(target, dev, dt, quant, lean)
     if draft is not None and use_draft:
-        dmodel = load_model(draft, dev, dt)
+        dmodel = load_model(draft, dev, dt, lean=lean)
     return Pair(tmodel, dmodel, tok, target, draft if use_draft else None, dev)

@@ -11,6 +11,10 @@ nothing to undo). Two implementations:
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
 import torch
 import torch.nn.functional as F
 
@@ -60,45 +64,98 @@ def _rope_tables(inv_freq: torch.Tensor, max_len: int, dtype) -> tuple[torch.Ten
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
+def _f32(x: torch.Tensor) -> torch.Tensor:
+    """At least float32 (float64 models stay float64: exactness tests must not see ties)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     h = x.shape[-1] // 2
     return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
 
 
+_LEAN_TYPES = ("llama", "mistral")
+
+
+def lean_config_ok(cfg: dict) -> bool:
+    """Whether a config (as a dict) is plain Llama: default RoPE, no biases, full attention."""
+    rope = cfg.get("rope_parameters") or {"rope_type": "default" if not cfg.get("rope_scaling") else "scaled"}
+    return (cfg.get("model_type") in _LEAN_TYPES and rope.get("rope_type", "default") == "default"
+            and not cfg.get("attention_bias") and not cfg.get("mlp_bias")
+            and not cfg.get("sliding_window") and cfg.get("hidden_act", "silu") == "silu")
+
+
 def lean_supported(model) -> bool:
-    cfg = model.config
-    rope = getattr(cfg, "rope_parameters", None) or {}
-    return (cfg.model_type in ("llama", "mistral", "qwen2") and rope.get("rope_type", "default") == "default"
-            and not getattr(cfg, "attention_bias", False) and not getattr(cfg, "mlp_bias", False)
-            and getattr(cfg, "sliding_window", None) in (None, 0)
-            and all(type(m).__name__ == "Linear" for m in model.modules() if "Linear" in type(m).__name__))
+    if isinstance(model, LlamaWeights):
+        return True
+    return lean_config_ok(model.config.to_dict()) and all(
+        type(m).__name__ == "Linear" for m in model.modules() if "Linear" in type(m).__name__)
+
+
+class LlamaWeights:
+    """One fused copy of a Llama-family model's weights, shared by every runner (slot).
+
+    `from_dir` reads config.json + safetensors directly — no transformers import, which is most of
+    a cold start on CPU (importing the HF Llama module alone takes seconds)."""
+
+    def __init__(self, cfg: dict, get):  # get(name) → tensor
+        self.config = SimpleNamespace(**cfg)
+        self.config.max_position_embeddings = cfg.get("max_position_embeddings", 2048)
+        self.n_heads = cfg["num_attention_heads"]
+        self.n_kv = cfg.get("num_key_value_heads") or self.n_heads
+        self.hd = cfg.get("head_dim") or cfg["hidden_size"] // self.n_heads
+        self.eps = cfg.get("rms_norm_eps", 1e-6)
+        theta = (cfg.get("rope_parameters") or {}).get("rope_theta", cfg.get("rope_theta", 10000.0))
+        self.inv_freq = 1.0 / (theta ** (torch.arange(0, self.hd, 2, dtype=torch.float32) / self.hd))
+        self.embed = get("model.embed_tokens.weight")
+        self.lm_head = self.embed if cfg.get("tie_word_embeddings", False) else get("lm_head.weight")
+        self.norm = get("model.norm.weight")
+        self.layers = []
+        for i in range(cfg["num_hidden_layers"]):
+            g = lambda n: get(f"model.layers.{i}.{n}.weight")  # noqa: E731
+            wqkv = torch.cat([g("self_attn.q_proj"), g("self_attn.k_proj"), g("self_attn.v_proj")])
+            wgu = torch.cat([g("mlp.gate_proj"), g("mlp.up_proj")])  # [2I, D]
+            self.layers.append((g("input_layernorm"), wqkv, g("self_attn.o_proj"),
+                                g("post_attention_layernorm"), wgu, g("mlp.down_proj")))
+        self.dtype, self.device = self.embed.dtype, self.embed.device
+
+    @classmethod
+    def from_hf(cls, model) -> "LlamaWeights":
+        sd = dict(model.named_parameters())
+        return cls(model.config.to_dict(), lambda n: sd[n].detach())
+
+    @classmethod
+    def from_dir(cls, path: str | Path, dtype: torch.dtype, device: torch.device) -> "LlamaWeights":
+        from safetensors.torch import load_file
+
+        path = Path(path)
+        cfg = json.loads((path / "config.json").read_text())
+        sd: dict[str, torch.Tensor] = {}
+        for f in sorted(path.glob("*.safetensors")):
+            sd.update(load_file(str(f)))
+        return cls(cfg, lambda n: sd[n].to(device=device, dtype=dtype))
+
+    def get_input_embeddings(self):  # the HF accessor, for code that sizes caches by dtype
+        return SimpleNamespace(weight=self.embed)
+
+    def parameters(self):
+        seen = {}
+        for t in [self.embed, self.lm_head, self.norm] + [w for layer in self.layers for w in layer]:
+            seen[id(t)] = t
+        return iter(seen.values())
 
 
 class LlamaRunner(_Runner):
-    """Lean batch-1 forward of a Llama-family model; weights are shared with `model`."""
+    """Lean batch-1 forward of a Llama-family model over its own K/V; weights are shared."""
 
-    def __init__(self, model, max_len: int | None = None):
-        cfg = model.config
-        self.max_len = max_len or cfg.max_position_embeddings
-        self.n_heads = cfg.num_attention_heads
-        self.n_kv = cfg.num_key_value_heads
-        self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
-        self.eps = cfg.rms_norm_eps
-        inner = model.model
-        w = inner.embed_tokens.weight
+    def __init__(self, weights: "LlamaWeights", max_len: int | None = None):
+        w = weights
+        self.weights = w
+        self.max_len = max_len or w.config.max_position_embeddings
+        self.n_heads, self.n_kv, self.hd, self.eps = w.n_heads, w.n_kv, w.hd, w.eps
         self.dtype, self.device = w.dtype, w.device
-        self.embed = w
-        self.lm_head = model.lm_head.weight
-        self.norm = inner.norm.weight
-        self.layers = []
-        for layer in inner.layers:
-            a, m = layer.self_attn, layer.mlp
-            wqkv = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight], 0)  # [(H+2Hkv)·hd, D]
-            wgu = torch.cat([m.gate_proj.weight, m.up_proj.weight], 0)  # [2I, D]
-            self.layers.append((layer.input_layernorm.weight, wqkv, a.o_proj.weight,
-                                layer.post_attention_layernorm.weight, wgu, m.down_proj.weight))
-        inv_freq = inner.rotary_emb.inv_freq
-        self.cos, self.sin = _rope_tables(inv_freq, self.max_len, self.dtype)
+        self.embed, self.lm_head, self.norm, self.layers = w.embed, w.lm_head, w.norm, w.layers
+        self.cos, self.sin = _rope_tables(w.inv_freq, self.max_len, self.dtype)
         L = len(self.layers)
         self.k = torch.zeros(L, self.n_kv, self.max_len, self.hd, dtype=self.dtype, device=self.device)
         self.v = torch.zeros_like(self.k)  # [L, Hkv, P, hd]
@@ -146,7 +203,7 @@ class LlamaRunner(_Runner):
             g, u = (self._rms(x, w_post) @ wgu.T).chunk(2, dim=-1)  # [T, I] each
             x = x + (F.silu(g) * u) @ wdown.T
         self.ids.extend(new_ids)
-        return (self._rms(x, self.norm) @ self.lm_head.T).float()  # [T, V]
+        return _f32(self._rms(x, self.norm) @ self.lm_head.T)  # [T, V]
 
 
 class HFRunner(_Runner):
@@ -185,10 +242,16 @@ class HFRunner(_Runner):
         out = self.model(input_ids=x, cache=self.cache, use_cache=True,
                          position_ids=torch.arange(p, p + T, device=self.device)[None])
         self.ids.extend(new_ids)
-        return out.logits[0].float()  # [T, V]
+        return _f32(out.logits[0])  # [T, V]
 
 
 def make_runner(model, max_len: int | None = None, lean: bool = True) -> _Runner:
-    if lean and lean_supported(model):
+    """A runner for `model`: LlamaWeights → lean; an HF model → lean when plain Llama, else HF."""
+    if isinstance(model, LlamaWeights):
         return LlamaRunner(model, max_len)
+    if lean and lean_supported(model):
+        w = getattr(model, "_lean_weights", None)
+        if w is None:
+            w = model._lean_weights = LlamaWeights.from_hf(model)  # fused once, shared by slots
+        return LlamaRunner(w, max_len)
     return HFRunner(model, max_len)
