@@ -51,6 +51,22 @@ class _Item:
     order: float   # position in the header
 
 
+class _LineTokens:
+    """Token counts per line, memoised for one selection: a window's count is estimated as the
+    sum of its lines (an over-estimate for byte-level BPE, whose pre-tokenizer merges a newline
+    with the next line's indentation), so each line is tokenized once."""
+
+    def __init__(self, text: str, starts: list[int], count_tokens: Callable[[str], int]):
+        self.text, self.starts, self.count = text, starts, count_tokens
+        self.memo: dict[int, int] = {}
+
+    def line(self, i: int) -> int:
+        if i not in self.memo:
+            end = self.starts[i + 1] if i + 1 < len(self.starts) else len(self.text)
+            self.memo[i] = self.count(self.text[self.starts[i]:end])
+        return self.memo[i]
+
+
 def select_context(snap: Snapshot, offset: int, count_tokens: Callable[[str], int], budget: int,
                    opts: SyntaxOptions = SyntaxOptions()) -> Context:
     """Prefix/suffix for a completion at char `offset` whose token count is at most `budget`."""
@@ -65,28 +81,36 @@ def select_context(snap: Snapshot, offset: int, count_tokens: Callable[[str], in
         first_line += 1
     cur = max(i for i, s in enumerate(starts) if s <= offset) if starts and starts[0] <= offset else -1
 
+    lt = _LineTokens(text, starts, count_tokens)
     suffix_budget = int(budget * opts.suffix_share)
-    s_end = _suffix_end(snap, offset, starts, cur, count_tokens, suffix_budget, opts)
+    s_end = _suffix_end(snap, offset, starts, cur, lt, suffix_budget, opts)
     suffix = text[offset:s_end]
     s_tok = count_tokens(suffix)
     room = budget - s_tok
+    head = count_tokens(text[starts[cur]:offset]) if cur >= 0 else 0  # the cursor line so far
 
-    win = lambda r: _window_start(snap, offset, starts, cur, first_line, count_tokens, r, opts)  # noqa: E731
+    win = lambda r: _window_start(snap, offset, starts, cur, first_line, lt, head, r, opts)  # noqa: E731
     w_start, header_items = win(room), []
     if w_start > 0 and snap.tree is not None:
         # Reserve the header's share, see what falls outside, then give back what it left over:
         # the window can only grow, so the second header is a subset of the first's candidates.
         cap = int(budget * opts.header_share)
         w_start = win(room - cap)
-        header_items = _fit(_header_candidates(snap, offset, w_start, s_end, opts), count_tokens, cap)
-        h_tok = count_tokens(_render(header_items))
+        header_items, h_tok = _fit(_header_candidates(snap, offset, w_start, s_end, opts), count_tokens, cap)
         w_start = win(room - h_tok)
-        header_items = _fit(_header_candidates(snap, offset, w_start, s_end, opts), count_tokens, h_tok)
-    header = _render(header_items)
-    prefix = header + text[w_start:offset]
+        header_items, _ = _fit(_header_candidates(snap, offset, w_start, s_end, opts), count_tokens, h_tok)
+    prefix = _render(header_items) + text[w_start:offset]
+    tokens = count_tokens(prefix) + s_tok
+    while tokens > budget and (header_items or w_start < offset):  # the estimate was short
+        if header_items:
+            header_items = sorted(header_items, key=lambda i: i.priority)[:-1]
+        else:
+            nl = text.find("\n", w_start, offset)
+            w_start = offset if nl < 0 else nl + 1
+        prefix = _render(header_items) + text[w_start:offset]
+        tokens = count_tokens(prefix) + s_tok
     spans = tuple(Span(i.kind, *_char_range(snap, i.node)) for i in _ordered(header_items))
     spans += (Span("prefix", w_start, offset), Span("suffix", offset, s_end))
-    tokens = count_tokens(prefix) + s_tok
     # the engine's own window: the last `budget` tokens of the prefix and a share for the suffix
     # (4 chars per token is enough text to fill it for code)
     raw_pre = count_tokens(text[max(offset - 4 * budget, 0):offset])
@@ -125,16 +149,16 @@ def _boundary_lines(snap: Snapshot, starts: list[int], a: int, b: int) -> set[in
 
 
 def _window_start(snap: Snapshot, offset: int, starts: list[int], cur: int, first_line: int,
-                  count_tokens, room: int, opts: SyntaxOptions) -> int:
+                  lt: _LineTokens, head: int, room: int, opts: SyntaxOptions) -> int:
     """Char offset where the prefix window starts: the earliest grid line (absolute line numbers
     on a grid of `grid_lines`) within `prefix_lines` whose text up to the cursor fits `room`,
-    moved forward to the next syntax boundary within the grid cell."""
+    moved forward to the next syntax boundary."""
     if cur < 0 or room <= 0:
         return offset
     g = max(opts.grid_lines, 1)
     lowest = max(cur - opts.prefix_lines, 0)
     while True:
-        line = _first_fitting(snap.text, offset, starts, lowest, cur, first_line, g, count_tokens, room)
+        line = _first_fitting(lowest, cur, first_line, g, lt, head, room)
         # a window of fewer than 4 grid cells wastes too much of a small budget: refine the grid
         if line is None or cur - line >= 4 * g or g == 1:
             break
@@ -143,53 +167,47 @@ def _window_start(snap: Snapshot, offset: int, starts: list[int], cur: int, firs
         return offset  # not even the cursor line fits
     if line == 0 and first_line == 0:
         return 0
-    nxt = min(line + g, cur + 1)
-    bounds = _boundary_lines(snap, starts, line, nxt)
+    # the first syntax boundary from there on: a window never opens inside a statement
+    bounds = _boundary_lines(snap, starts, line, cur + 1)
     return starts[min(bounds)] if bounds else starts[line]
 
 
-def _first_fitting(text, offset, starts, lowest, cur, first_line, g, count_tokens, room) -> int | None:
+def _first_fitting(lowest: int, cur: int, first_line: int, g: int, lt: _LineTokens, head: int,
+                   room: int) -> int | None:
     """The earliest line on the grid (absolute line numbers, multiples of g) in [lowest, cur]
-    whose text up to the cursor fits `room` tokens; the cursor line if none."""
-    grid = [i for i in range(lowest, cur + 1) if (first_line + i) % g == 0]
-    if not grid or grid[-1] != cur:
-        grid.append(cur)
-    lo_i, hi_i = 0, len(grid) - 1
-    while lo_i < hi_i:
-        mid = (lo_i + hi_i) // 2
-        if count_tokens(text[starts[grid[mid]]:offset]) <= room:
-            hi_i = mid
-        else:
-            lo_i = mid + 1
-    line = grid[lo_i]
-    return line if count_tokens(text[starts[line]:offset]) <= room else None
+    whose text up to the cursor fits `room` tokens; the cursor line if no grid line does."""
+    if head > room:
+        return None
+    best, used = cur, head
+    for i in range(cur - 1, lowest - 1, -1):
+        used += lt.line(i)
+        if used > room:
+            break
+        if (first_line + i) % g == 0:
+            best = i
+    return best
 
 
-def _suffix_end(snap: Snapshot, offset: int, starts: list[int], cur: int, count_tokens,
+def _suffix_end(snap: Snapshot, offset: int, starts: list[int], cur: int, lt: _LineTokens,
                 budget: int, opts: SyntaxOptions) -> int:
     """End of the suffix window: whole lines (at most `suffix_lines` after the cursor line) that
     fit `budget`, ended before a syntax boundary when one lies in the window's second half."""
     text = snap.text
-    if budget <= 0:
+    if budget <= 0 or cur < 0:
         return offset
-    ends = [starts[i] for i in range(cur + 1, min(cur + 2 + opts.suffix_lines, len(starts)))]
-    if cur + 1 + opts.suffix_lines >= len(starts):
-        ends.append(len(text))
-    ends = [e for e in ends if e > offset] or [len(text)]
-    lo_i, hi_i = 0, len(ends) - 1
-    while lo_i < hi_i:  # last end that fits
-        mid = (lo_i + hi_i + 1) // 2
-        if count_tokens(text[offset:ends[mid]]) <= budget:
-            lo_i = mid
-        else:
-            hi_i = mid - 1
-    end = ends[lo_i]
-    if count_tokens(text[offset:end]) > budget:
+    rest_end = starts[cur + 1] if cur + 1 < len(starts) else len(text)
+    used = lt.count(text[offset:rest_end])
+    if used > budget:
         return offset
-    k = starts.index(end) if end in starts else len(starts)
+    k = cur + 1  # the suffix ends at starts[k] (or the text's end when k == len(starts))
+    while k < len(starts) and k - cur <= opts.suffix_lines and used + lt.line(k) <= budget:
+        used += lt.line(k)
+        k += 1
+    if k >= len(starts):
+        return len(text)
     half = cur + 1 + (k - cur - 1) // 2
-    bounds = _boundary_lines(snap, starts, half, k) if k < len(starts) else set()
-    return starts[max(bounds)] if bounds and end < len(text) else end
+    bounds = _boundary_lines(snap, starts, half, k)
+    return starts[max(bounds)] if bounds else starts[k]
 
 
 # -- header ----------------------------------------------------------------------------------
@@ -276,15 +294,16 @@ def _owner(d: Node, by_id: dict[int, Node]) -> int | None:
     return None
 
 
-def _fit(items: list[_Item], count_tokens, cap: int) -> list[_Item]:
-    """Greedy by priority (signatures, imports, nearest siblings) under `cap` tokens."""
+def _fit(items: list[_Item], count_tokens, cap: int) -> tuple[list[_Item], int]:
+    """Greedy by priority (signatures, imports, nearest siblings) under `cap` tokens; returns the
+    items kept and the tokens they use."""
     kept, used = [], 0
     for it in sorted(items, key=lambda i: i.priority):
         t = count_tokens(it.text + "\n")
         if used + t <= cap:
             kept.append(it)
             used += t
-    return kept
+    return kept, used
 
 
 def _ordered(items: list[_Item]) -> list[_Item]:

@@ -58,8 +58,8 @@ def reindent(completion: str, base: int, doc: IndentStyle) -> str:
     rel = [w - base for w in widths if w > base]
     mixed = any(ln.startswith("\t") for ln in lines[1:]) != doc.tabs
     step = min(rel) if rel else doc.width
-    if not mixed and all(r % doc.width == 0 for r in rel):
-        return completion
+    if not mixed and (step == doc.width or any(r % step for r in rel)):
+        return completion  # the document's step already, or no single step to rescale
     out = [lines[0]]
     for ln in lines[1:]:
         if not ln.strip():

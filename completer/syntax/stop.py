@@ -139,7 +139,7 @@ def _multi_stop(rule: StopRule, text: str, unopened: int | None) -> int | None:
             return _trim_end(text, pos - 1)
         if body and rule.floor == 0 and k >= 2 and not lines[k - 1].strip() and not line[0].isspace():
             return _trim_end(text, pos - 1)  # a blank line, then a new top-level statement
-        if complete and k >= rule.max_lines:
+        if complete and k + bool(lines[0].strip()) >= rule.max_lines:
             return _trim_end(text, pos + len(line))
         pos += len(line) + 1
     return None

@@ -1,0 +1,139 @@
+"""The completion pipeline shared by the language server, the CLI and the benchmarks, without
+torch: gate → context → engine.complete (with the in-loop syntax stop) → post-process.
+
+The engine is anything that satisfies `EngineClient`: the in-process `Engine`, or a remote client
+of `completer serve`. `make_engine` builds one from the option names the CLI and the LSP share.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, runtime_checkable
+
+from .documents import PositionError, Snapshot, language_for, parse_snapshot
+from .syntax import Mode, SyntaxOptions, gate, make_stop, postprocess, select_context
+
+FIM_TOKENS = 3  # <fim_suffix>, <fim_middle> and <fim_prefix>/none: the engine's build_prompt keeps 3
+
+
+@runtime_checkable
+class EngineClient(Protocol):
+    def complete(self, prefix: str, suffix: str, *, doc_key: str, max_new: int | None = None,
+                 stop_text: Callable[[str], int | None] | None = None,
+                 cancel: threading.Event | None = None,
+                 on_text: Callable[[str], None] | None = None) -> object: ...
+
+    def warmup(self, prefix: str, suffix: str = "", *, doc_key: str) -> int: ...
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def prompt_budget(self, max_new: int | None = None) -> int: ...
+
+
+@dataclass(frozen=True)
+class CompletionOptions:
+    max_new_tokens: int | None = None   # None = the engine's own default
+    syntax: SyntaxOptions = SyntaxOptions()
+
+
+@dataclass
+class Result:
+    text: str
+    stats: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"text": self.text, **self.stats}
+
+
+def resolve_offset(snap: Snapshot, position: int | tuple[int, int]) -> int:
+    """A char offset from an offset or a 0-based (line, column in chars); PositionError if outside."""
+    text = snap.text
+    if isinstance(position, int):
+        if not 0 <= position <= len(text):
+            raise PositionError(f"offset {position} is outside the document (0..{len(text)})")
+        return position
+    line, col = position
+    lines = text.split("\n")
+    if not 0 <= line < len(lines):
+        raise PositionError(f"line {line} is out of range: the text has {len(lines)} lines (0-based)")
+    if not 0 <= col <= len(lines[line].rstrip("\r")):
+        raise PositionError(f"column {col} is out of range: line {line} has {len(lines[line])} characters")
+    return sum(len(ln) + 1 for ln in lines[:line]) + col
+
+
+def _snapshot(text: str | Snapshot, language: str | None) -> Snapshot:
+    return text if isinstance(text, Snapshot) else parse_snapshot(text, language_for(language))
+
+
+def prompt_for(engine: EngineClient, snap: Snapshot, offset: int, options: CompletionOptions):
+    """(decision, context) for a completion at `offset`; context is None when gated off."""
+    decision = gate(snap, offset, options.syntax)
+    if decision.mode is Mode.EMPTY:
+        return decision, None
+    budget = engine.prompt_budget(options.max_new_tokens) - FIM_TOKENS
+    return decision, select_context(snap, offset, engine.count_tokens, budget, options.syntax)
+
+
+def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tuple[int, int], *,
+                language: str | None = None, doc_key: str = "_default",
+                options: CompletionOptions = CompletionOptions(),
+                cancel: threading.Event | None = None,
+                on_text: Callable[[str], None] | None = None) -> Result:
+    """One completion at `position` of `text` (a string, or a documents.Snapshot with its tree).
+    `on_text` receives raw deltas as they are verified; the returned text is post-processed."""
+    t0 = time.perf_counter()
+    snap = _snapshot(text, language)
+    offset = resolve_offset(snap, position)
+    decision, ctx = prompt_for(engine, snap, offset, options)
+    stats: dict = {"gate": decision.mode.value, "gate_reason": decision.reason,
+                   "language": snap.language or "plaintext"}
+    if ctx is None:
+        stats["syntax_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
+        return Result("", stats)
+    stop = make_stop(snap, offset, decision.mode, options.syntax)
+    t1 = time.perf_counter()
+    comp = engine.complete(ctx.prefix, ctx.suffix, doc_key=doc_key, max_new=options.max_new_tokens,
+                           stop_text=stop, cancel=cancel, on_text=on_text)
+    t2 = time.perf_counter()
+    raw = comp.text
+    cut = stop(raw)  # generation may have ended by EOS or length before the stop fired
+    post = postprocess(snap, offset, raw if cut is None else raw[:cut], decision.mode,
+                       options.syntax.parse_check)
+    t3 = time.perf_counter()
+    ej = comp.to_json()
+    stats.update({
+        "prompt_tokens": ctx.tokens, "raw_prompt_tokens": ctx.raw_tokens, "tokens_saved": ctx.saved,
+        "spans": [(s.kind, s.start, s.end) for s in ctx.spans],
+        "raw_text": raw, "postprocess": post.reason, "parse_errors_before": post.errors_before,
+        "parse_errors_after": post.errors_after,
+        "syntax_ms": round((t1 - t0) * 1e3, 3), "engine_ttft_ms": ej.get("ttft_ms"),
+        "engine_total_ms": round((t2 - t1) * 1e3, 3), "postprocess_ms": round((t3 - t2) * 1e3, 3),
+        "total_ms": round((t3 - t0) * 1e3, 3),
+        "engine": {k: v for k, v in ej.items() if k not in ("text", "token_ids")},
+    })
+    return Result(post.text, stats)
+
+
+def warmup_at(engine: EngineClient, snap: Snapshot, offset: int, *, doc_key: str,
+              options: CompletionOptions = CompletionOptions()) -> int:
+    """Prefill the engine's cache with the prompt a completion at `offset` would use; returns the
+    tokens computed (0 when gated off or already cached)."""
+    _, ctx = prompt_for(engine, snap, offset, options)
+    return 0 if ctx is None else engine.warmup(ctx.prefix, ctx.suffix, doc_key=doc_key)
+
+
+ENGINE_OPTION_NAMES = ("target", "draft", "device", "dtype", "quant", "drafter", "draft_len",
+                       "max_new_tokens", "temperature", "top_p", "kv_budget_mb", "seed")
+
+
+def make_engine(engine: str | None = None, **config) -> EngineClient:
+    """A remote client when `engine` is a ws:// URL (a running `completer serve`), else the
+    in-process engine built from EngineConfig fields (the CLI flag names). Loads models: slow."""
+    if engine:
+        from .remote import RemoteEngine  # written beside the service; imported only when asked
+
+        return RemoteEngine(engine)
+    from .engine.engine import Engine, EngineConfig
+
+    return Engine(EngineConfig(**{k: v for k, v in config.items() if k in ENGINE_OPTION_NAMES}))

@@ -1,0 +1,228 @@
+"""The syntax layer as tables: source with a cursor marker `‸` → gate decision, trigger events,
+in-loop stop, post-processed text, chosen context spans."""
+from __future__ import annotations
+
+import pytest
+
+from completer.documents import parse_snapshot
+from completer.syntax import Mode, SyntaxOptions, detect_triggers, gate, make_stop, postprocess, select_context
+
+CUR = "‸"
+
+
+def at(src: str, lang: str | None = "python"):
+    off = src.index(CUR)
+    return parse_snapshot(src.replace(CUR, ""), lang), off
+
+
+E, S, M = Mode.EMPTY, Mode.SINGLE, Mode.MULTI
+GATE = [
+    ("python", "def f(x):‸\n", M, "after a block header"),
+    ("python", "def f(x):\n    ‸\n", M, "empty line"),
+    ("python", "if x:‸\n    pass\n", M, "after a block header"),
+    ("python", "for a in b:‸", M, "after a block header"),
+    ("python", "x = foo(a, ‸", S, "end of a line"),
+    ("python", "d = {'a':‸\n", S, "end of a line"),
+    ("python", "x = fo‸o\n", E, "inside an identifier"),
+    ("python", "x = ‸foo\n", E, "an identifier follows the cursor"),
+    ("python", "# comm‸ent\n", E, "in a comment"),
+    ("python", 'def f():\n    """do‸c"""\n', E, "in a docstring"),
+    ("python", 'x = "ab‸c"\n', E, "in a string"),
+    ("python", 'x = "ab‸', E, "in a string"),
+    ("python", "print(‸)\n", S, "closers follow on the line"),
+    ("python", "x = 1‸  # c\n", S, "text follows on the line"),
+    ("python", "class A:\n    def f(self):\n        return 1\n‸", M, "empty line"),
+    ("javascript", "function f(a) {‸\n}\n", M, "after a block header"),
+    ("javascript", "const o = {‸};\n", S, "closers follow on the line"),
+    ("javascript", "// todo‸\n", E, "in a comment"),
+    ("typescript", "function f(a: number): void {‸\n}\n", M, "after a block header"),
+    ("tsx", "const x = <div>{‸}</div>;\n", S, "text follows on the line"),
+    ("go", "func f() {\n\t‸\n}\n", M, "empty line"),
+    ("go", "s := `raw‸`\n", E, "in a string"),
+    ("rust", "fn f() {‸}\n", S, "closers follow on the line"),
+    ("rust", 'let s = "a‸b";', E, "in a string"),
+    (None, "hello wo‸rld", E, "inside an identifier"),
+    (None, "hello world ‸", S, "end of a line"),
+    (None, "bin\x00ary ‸", E, "binary content"),
+]
+
+
+@pytest.mark.parametrize("lang,src,mode,reason", GATE)
+def test_gate(lang, src, mode, reason):
+    d = gate(*at(src, lang))
+    assert (d.mode, d.reason) == (mode, reason)
+
+
+@pytest.mark.parametrize("opts,src,mode", [
+    (SyntaxOptions(complete_in_comments=True), "# comm‸", S),
+    (SyntaxOptions(complete_in_strings=True), 'x = "ab‸"', S),
+    (SyntaxOptions(complete_in_docstrings=True), 'def f():\n    """Do.\n\n    ‸\n    """\n', M),
+    (SyntaxOptions(multiline=False), "def f(x):\n    ‸\n", S),
+])
+def test_gate_options(opts, src, mode):
+    assert gate(*at(src), opts).mode == mode
+
+
+TRIGGERS = [
+    ("def f(x):\n    ‸", "\n    ", ["block_start"]),
+    ("x = 1\n‸", "\n", ["newline"]),
+    ("def f(x):‸", ":", ["header"]),
+    ("    return ‸", " ", ["return"]),
+    ("x = ‸", " ", ["assign"]),
+    ("a == ‸", " ", []),
+    ("foo(‸", "(", ["call"]),
+    ("os.‸", ".", ["member"]),
+    ("os.‸", "", []),
+    ("x‸", "x" * 300, []),
+]
+
+
+@pytest.mark.parametrize("src,inserted,events", TRIGGERS)
+def test_triggers(src, inserted, events):
+    assert detect_triggers(*at(src), inserted) == events
+
+
+STOPS = [  # (language, source, raw completion, kept by the in-loop stop; None = not finished)
+    ("python", "print(‸)\n", "x, y)\nfoo", "x, y"),
+    ("python", "x = foo(‸", "a, b)\nprint(x)", "a, b)"),
+    ("python", "x = ‸", "1", None),
+    ("python", "def f(x):‸\n\n\ndef g():\n    pass\n", "\n    y = x + 1\n    return y\n\n\ndef h():\n",
+     "\n    y = x + 1\n    return y"),
+    ("python", "class A:\n    def f(self):\n        ‸\n", "return 1\n\n    def g(self):\n", "return 1"),
+    ("python", "x = [\n    ‸\n]\n", "1,\n    2,\n]\ny = 3", "1,\n    2,"),
+    ("python", "‸", "import os\n\ndef f():\n    pass\n\nclass", "import os"),
+    ("javascript", "function f(a) {\n  ‸\n}\n", "return a;\n}\n\nfunction", "return a;"),
+    ("javascript", "function f(a) {‸", "\n  return a;\n}\nfunction g() {", "\n  return a;\n}"),
+    ("go", "func f() {\n\t‸\n}\n", "x := 1\n\treturn x\n}\n", "x := 1\n\treturn x"),
+]
+
+
+@pytest.mark.parametrize("lang,src,raw,kept", STOPS)
+def test_stop(lang, src, raw, kept):
+    snap, off = at(src, lang)
+    k = make_stop(snap, off, gate(snap, off).mode)(raw)
+    assert (raw[:k] if k is not None else None) == kept
+
+
+def test_stop_max_lines():
+    snap, off = at("def f():\n    ‸\n")
+    stop = make_stop(snap, off, Mode.MULTI, SyntaxOptions(max_lines=2))
+    raw = "a = 1\n    b = 2\n    c = 3\n    d = 4\n"
+    assert raw[:stop(raw)] == "a = 1\n    b = 2"
+
+
+POST = [  # (source, raw completion, mode, post-processed text)
+    ("print(‸)\n", "x, y)", S, "x, y"),
+    ("print(‸)\n", "f(x)", S, "f(x)"),
+    ("x = foo(‸", "a, b)) + (", S, "a, b)"),
+    ("def f(x):\n    ‸\n    return y\n", "y = x\n    return y", M, "y = x"),
+    ("def f(x):\n\t‸\n", "y = 1\n    if y:\n        z = 2", M, "y = 1\n\tif y:\n\t\tz = 2"),
+    ("def f(x):\n  if x:\n    pass\n  ‸\n", "y = 1\n  for a in b:\n      z = 2", M,
+     "y = 1\n  for a in b:\n    z = 2"),
+    ("if x:\r\n    ‸\r\n", "a = 1\n    b = 2", M, "a = 1\r\n    b = 2"),
+    ("x = ‸\n", "   \n  ", S, ""),
+    ("def f(x):\n    ‸\n", "return x +\n", M, "return x"),
+    ("def f(x):\n    ‸\n", "return (x +", M, "return"),
+]
+
+
+@pytest.mark.parametrize("src,raw,mode,out", POST)
+def test_postprocess(src, raw, mode, out):
+    assert postprocess(*at(src), raw, mode).text == out
+
+
+def test_postprocess_never_adds_parse_errors():
+    snap, off = at("def f(x):\n    ‸\n\n\ndef g():\n    return 2\n")
+    p = postprocess(snap, off, "if x:\n        return [1, 2\n", Mode.MULTI)
+    assert p.errors_after <= p.errors_before and p.reason in ("trimmed to parse", "adds parse errors")
+
+
+PY_FILE = """import os
+from typing import List
+
+
+def helper(a, b):
+    return a + b
+
+
+class Store:
+    def __init__(self, path):
+        self.path = path
+
+    def load(self):
+{body}
+        data = ‸
+        return data
+
+    def save(self, data):
+        pass
+
+
+def after():
+    return 1
+"""
+
+
+def _count(s: str) -> int:  # a stand-in tokenizer: 4 characters per token
+    return (len(s) + 3) // 4
+
+
+def _spans(src: str, budget: int, **kw):
+    snap, off = at(src)
+    ctx = select_context(snap, off, _count, budget, SyntaxOptions(**kw))
+    text = snap.text
+    return ctx, [(s.kind, text[s.start:s.end].split("\n")[0].strip()) for s in ctx.spans]
+
+
+def test_context_whole_file_fits():
+    ctx, spans = _spans(PY_FILE.format(body=""), 2000)
+    assert [k for k, _ in spans] == ["prefix", "suffix"]
+    assert ctx.prefix.startswith("import os") and ctx.suffix.endswith("return 1\n")
+    assert ctx.tokens <= 2000 and ctx.saved == 0
+
+
+def test_context_header_outside_window():
+    body = "".join(f"        x{i} = self.path + {i}\n" for i in range(60))
+    ctx, spans = _spans(PY_FILE.format(body=body), 500, grid_lines=4, header_share=0.4)
+    kinds = [k for k, _ in spans]
+    assert kinds[-2:] == ["prefix", "suffix"]
+    assert ("import", "import os") in spans and ("import", "from typing import List") in spans
+    assert ("signature", "class Store:") in spans and ("signature", "def load(self):") in spans
+    assert ("sibling", "def helper(a, b):") in spans
+    assert ctx.tokens <= 500
+    # stable parts first: the header, then the window; the enclosing signature leads into it
+    header = ctx.prefix[: ctx.prefix.index("        x")]
+    assert header.index("import os") < header.index("class Store:") < header.index("    def load(self):")
+    assert header.rstrip().endswith("def load(self):")
+    assert ctx.prefix.endswith("        data = ")
+
+
+def test_context_window_start_is_stable_while_typing():
+    body = "".join(f"        x{i} = self.path + {i}\n" for i in range(60))
+    src = PY_FILE.format(body=body)
+    starts = set()
+    for typed in ["", "s", "se", "sel", "self", "self.", "self.lo", "self.load("]:
+        ctx, spans = _spans(src.replace(CUR, typed + CUR), 300)
+        starts.add(ctx.prefix[:200])
+    assert len(starts) == 1
+
+
+def test_context_cuts_at_statement_boundaries():
+    src = "x = [\n" + "".join(f"    {i},\n" for i in range(200)) + "]\n\ny = 1\nz = ‸\n"
+    ctx, _ = _spans(src, 120, grid_lines=1)
+    first = ctx.prefix.split("\n")[0]
+    assert first == "y = 1"  # never starts inside the list literal…
+    assert ctx.prefix.endswith("z = ")  # …unless nothing else fits, the cursor line always does
+
+
+@pytest.mark.parametrize("lang,src,sig", [
+    ("javascript", "import x from 'y';\nclass A {\n  m(a) {\n{body}    return ‸\n  }\n}\n", "m(a) {"),
+    ("go", "package main\n\nimport \"fmt\"\n\nfunc (s *S) M(a int) int {\n{body}\treturn ‸\n}\n", "func (s *S) M(a int) int {"),
+    ("rust", "use std::io;\n\nimpl S {\n    fn m(&self) -> i32 {\n{body}        ‸\n    }\n}\n", "fn m(&self) -> i32 {"),
+])
+def test_context_other_languages(lang, src, sig):
+    body = "".join(f"    let_{i} = {i};\n" for i in range(80))
+    snap, off = at(src.replace("{body}", body), lang)
+    ctx = select_context(snap, off, _count, 250)
+    header = ctx.prefix[: ctx.prefix.index("let_")]
+    assert sig in header and ctx.tokens <= 250
