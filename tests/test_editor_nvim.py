@@ -1,5 +1,6 @@
 """Neovim plugin (editor-plugin/nvim) end to end: headless Neovim 0.12 with the plugin, the real
-`completer-lsp` on the tiny model pair; type in a Python buffer, see ghost text, accept it.
+`completer-lsp` on the tiny model pair (its target taught to answer `1`, see
+test_editor_parrot.py); type in a Python buffer, see ghost text, accept it.
 
 Neovim cannot type while a Lua script runs, so the editor listens on a socket and the test types
 with `nvim --server SOCK --remote-send` and reads state with `--remote-expr` (see NOTES.md)."""
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_editor_parrot import parrot_pair  # noqa: F401 (fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN = REPO / "editor-plugin" / "nvim"
@@ -147,8 +149,8 @@ class Nvim:
 
 
 @pytest.fixture
-def nvim_session(tmp_path, tiny_pair):
-    target, draft = tiny_pair
+def nvim_session(tmp_path, parrot_pair):
+    target, draft = parrot_pair
     src = tmp_path / "demo.py"
     src.write_text("import os\n\n\ndef add(a, b):\n    return a + b\n\n\ndef main():\n    x = 1\n")
     nv = Nvim(tmp_path, lsp_cmd(), {"target": str(target), "draft": str(draft), "max_new_tokens": 16},

@@ -1,5 +1,6 @@
 """Web demo (editor-plugin/web) end to end: headless Debian Chromium opens the page from a static
-server on localhost, the page talks to a real `completer serve` on the tiny model pair, and the
+server on localhost, the page talks to a real `completer serve` on the tiny model pair (its target
+taught to answer `1`, see test_editor_parrot.py), and the
 test types through the DevTools protocol: ghost text streams in, Ctrl+Right takes a word, Tab
 takes the rest. Also: the page's msgpack codec against Python's msgpack, both directions."""
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
+from test_editor_parrot import parrot_pair  # noqa: F401 (fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 WEB = REPO / "editor-plugin" / "web"
@@ -31,7 +33,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(cond, timeout: float, what: str, step: float = 0.1, proc: subprocess.Popen | None = None):
+def wait_for(cond, timeout: float, what: str, step: float = 0.1, proc: subprocess.Popen | None = None,
+             detail=None):
+    """Poll `cond` until truthy; on timeout the error carries `detail()` (the state seen last)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         v = cond()
@@ -40,7 +44,7 @@ def wait_for(cond, timeout: float, what: str, step: float = 0.1, proc: subproces
         if proc is not None and proc.poll() is not None:
             raise AssertionError(f"process exited ({proc.returncode}) while waiting for {what}")
         time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f"; last: {detail()}" if detail else ""))
 
 
 def http_ok(url: str) -> bool:
@@ -87,7 +91,8 @@ class Cdp:
     def __init__(self, ws_url: str):
         from websockets.sync.client import connect
 
-        self.ws = connect(ws_url, max_size=None, open_timeout=30)
+        self._conn = connect(ws_url, max_size=None, open_timeout=30)
+        self.ws = self._conn.__enter__()
         self.next_id = 0
 
     def call(self, method: str, **params):
@@ -122,7 +127,7 @@ class Cdp:
             time.sleep(delay)
 
     def close(self):
-        self.ws.close()
+        self._conn.__exit__(None, None, None)
 
 
 @pytest.fixture
@@ -169,8 +174,8 @@ def static_site(tmp_path):
 
 
 @pytest.fixture
-def completer_serve(tmp_path, tiny_pair):
-    target, draft = tiny_pair
+def completer_serve(tmp_path, parrot_pair):
+    target, draft = parrot_pair
     port = free_port()
     exe = VENV_BIN / "completer"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "completer.cli"]
@@ -196,6 +201,7 @@ def completer_serve(tmp_path, tiny_pair):
 def page_state(cdp: Cdp) -> dict:
     return cdp.js("""(() => {
       const e = document.getElementById('editor'), g = document.getElementById('ghost');
+      if (!document.body || !e) return { state: 'loading', ghost: '', value: '', latency: '', errors: [] };
       return { state: document.body.dataset.state, ghost: g ? g.textContent : '',
                value: e.value, cursor: e.selectionStart, latency: document.getElementById('latency').textContent,
                errors: [...document.querySelectorAll('#errors li')].map((li) => li.textContent),
@@ -207,7 +213,8 @@ def drive_page(cdp: Cdp, page_url: str, shot: Path) -> None:
     """Open the page, type a statement, wait for a finished ghost text, take a word, then the rest."""
     cdp.call("Page.enable")
     cdp.call("Page.navigate", url=page_url)
-    wait_for(lambda: page_state(cdp)["state"] == "ready", 60, "the page to connect to completer serve")
+    wait_for(lambda: page_state(cdp)["state"] == "ready", 60, "the page to connect to completer serve",
+             detail=lambda: page_state(cdp))
     cdp.js("(() => { const e = document.getElementById('editor'); e.focus();"
            " e.setSelectionRange(e.value.length, e.value.length); })()")
     before = page_state(cdp)["value"]
@@ -217,10 +224,11 @@ def drive_page(cdp: Cdp, page_url: str, shot: Path) -> None:
     def finished_ghost():
         s = page_state(cdp)
         return s if s["ghost"].strip() and "page:" in s["latency"] else None
-    s = wait_for(finished_ghost, 60, "a streamed ghost text and its done frame", step=0.2)
+    s = wait_for(finished_ghost, 60, "a streamed ghost text and its done frame", step=0.2,
+                 detail=lambda: page_state(cdp))
     assert s["value"] == typed and s["cursor"] == len(typed)
     assert s["errors"] == [], s["errors"]
-    assert "TTFT" in s["latency"] or "first chunk" in s["latency"], s["latency"]
+    assert "TTFT" in s["latency"] and "first chunk" in s["latency"], s["latency"]
     ghost = s["ghost"]
     shot.write_bytes(base64.b64decode(cdp.call("Page.captureScreenshot", format="png")["data"]))
 

@@ -1,7 +1,7 @@
 // The demo page: a textarea with a mirror layer underneath that draws the ghost text at the
 // cursor. Query parameters: ws (WebSocket URL), token, debounce (ms), max (max_new_tokens),
 // doc (document name), lang (language id).
-import { CompleterClient, isWarmupTrigger, nextWord, typeThrough } from "./client.js";
+import { CompleterClient, formatStats, isWarmupTrigger, nextWord, typeThrough } from "./client.js";
 
 const params = new URLSearchParams(location.search);
 const cfg = {
@@ -151,16 +151,6 @@ for (const type of ["keyup", "mouseup"]) {
   });
 }
 editor.addEventListener("scroll", render);
-
-function formatStats(stats) {
-  const parts = [];
-  const ms = (v) => `${Math.round(v)} ms`;
-  if (typeof stats.ttft_ms === "number") parts.push(`TTFT ${ms(stats.ttft_ms)}`);
-  if (typeof stats.total_ms === "number") parts.push(`total ${ms(stats.total_ms)}`);
-  if (typeof stats.new_tokens === "number") parts.push(`${stats.new_tokens} tokens`);
-  if (typeof stats.accepted_per_forward === "number") parts.push(`τ ${stats.accepted_per_forward.toFixed(2)}`);
-  return parts;
-}
 
 function connect(url) {
   if (client) client.close();

@@ -31,6 +31,25 @@ export function typeThrough(ghost, inserted) {
   return ghost.slice(inserted.length);
 }
 
+/**
+ * Latency line parts from a done frame's stats. The server reports the whole request
+ * (`total_ms`) and the engine's part either flat (`engine_ttft_ms`) or nested (`engine.{...}`).
+ */
+export function formatStats(stats) {
+  const eng = stats && typeof stats.engine === "object" && stats.engine !== null ? stats.engine : {};
+  const pick = (...vals) => vals.find((v) => typeof v === "number");
+  const ttft = pick(stats.ttft_ms, stats.engine_ttft_ms, eng.ttft_ms);
+  const total = pick(stats.total_ms, eng.total_ms);
+  const tokens = pick(stats.new_tokens, eng.new_tokens);
+  const tau = pick(stats.accepted_per_forward, eng.accepted_per_forward);
+  const parts = [];
+  if (ttft !== undefined) parts.push(`TTFT ${Math.round(ttft)} ms`);
+  if (total !== undefined) parts.push(`total ${Math.round(total)} ms`);
+  if (tokens !== undefined) parts.push(`${tokens} token${tokens === 1 ? "" : "s"}`);
+  if (tau !== undefined) parts.push(`τ ${tau.toFixed(2)}`);
+  return parts;
+}
+
 /** ws URL with `?token=` added for browsers (they cannot set headers on a WebSocket). */
 export function withToken(url, token) {
   if (!token) return url;
@@ -46,10 +65,12 @@ export function withToken(url, token) {
  * Frames for requests other than the latest are still passed on: the caller decides by id.
  */
 export class CompleterClient {
-  constructor(url, { token, WebSocketImpl = globalThis.WebSocket, clientName = "web-demo" } = {}) {
+  constructor(url, { token, WebSocketImpl = globalThis.WebSocket, clientName = "web-demo",
+                     helloRetryMs = 1000 } = {}) {
     this.url = withToken(url, token);
     this.token = token;
     this.clientName = clientName;
+    this.helloRetryMs = helloRetryMs;
     this.WebSocketImpl = WebSocketImpl;
     this.nextId = 1;
     this.inflight = new Set();
@@ -68,7 +89,7 @@ export class CompleterClient {
     this.ws = ws;
     ws.onopen = () => {
       this.onState("open", this.url);
-      this.send({ type: "hello", client: this.clientName, token: this.token || undefined });
+      this.hello();
     };
     ws.onmessage = (ev) => this.receive(ev.data);
     ws.onclose = (ev) => {
@@ -77,6 +98,10 @@ export class CompleterClient {
       this.onState("closed", ev && ev.reason ? ev.reason : `code ${ev ? ev.code : "?"}`);
     };
     ws.onerror = () => {};
+  }
+
+  hello() {
+    return this.send({ type: "hello", client: this.clientName, token: this.token || undefined });
   }
 
   close() {
@@ -108,10 +133,14 @@ export class CompleterClient {
       return;
     }
     switch (msg.type) {
-      case "hello":
+      case "hello": {
         this.server = msg;
         this.onState(msg.ready === false ? "open" : "ready", msg);
+        // The server refuses completions while its models load; ask again until it is ready.
+        const ws = this.ws;
+        if (msg.ready === false) setTimeout(() => { if (this.ws === ws) this.hello(); }, this.helloRetryMs);
         break;
+      }
       case "chunk":
         this.onChunk(msg.id, msg.text ?? "");
         break;

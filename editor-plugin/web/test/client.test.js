@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { encode, decode } from "../msgpack.js";
-import { CompleterClient, isWarmupTrigger, nextWord, typeThrough, withToken } from "../client.js";
+import { CompleterClient, formatStats, isWarmupTrigger, nextWord, typeThrough, withToken } from "../client.js";
 
 /** A stand-in for the browser WebSocket: records sent frames, lets the test play the server. */
 class FakeSocket {
@@ -36,10 +36,18 @@ test("hello first, with the token; the server's hello makes the client ready", (
   assert.equal(events.at(-1)[2].model.target, "t");
 });
 
-test("a server still loading reports open, not ready", () => {
-  const { ws, events } = connected();
+test("a server still loading reports open, not ready, and is asked again", async () => {
+  const { ws, events } = connected({ helloRetryMs: 5 });
   ws.serve({ type: "hello", server: "completer", version: "0.1.0", model: {}, ready: false });
   assert.equal(events.at(-1)[1], "open");
+  assert.equal(ws.sent.length, 1);
+  await new Promise((r) => setTimeout(r, 30));
+  assert.equal(ws.sent.length, 2);
+  assert.equal(ws.sent[1].type, "hello");
+  ws.serve({ type: "hello", server: "completer", version: "0.1.0", model: {}, ready: true });
+  assert.equal(events.at(-1)[1], "ready");
+  await new Promise((r) => setTimeout(r, 30));
+  assert.equal(ws.sent.length, 2, "no more hellos once ready");
 });
 
 test("complete streams chunks then done; ids increase", () => {
@@ -134,4 +142,12 @@ test("type-through keeps the rest of the ghost only when the typing matches", ()
 test("token goes into the query, keeping other parameters", () => {
   assert.equal(withToken("ws://h:1/ws?a=1", "t k"), "ws://h:1/ws?a=1&token=t+k");
   assert.equal(withToken("ws://h:1/ws", ""), "ws://h:1/ws");
+});
+
+test("latency line from flat or nested stats", () => {
+  assert.deepEqual(formatStats({ ttft_ms: 12.4, total_ms: 80.6, new_tokens: 3, accepted_per_forward: 1.5 }),
+                   ["TTFT 12 ms", "total 81 ms", "3 tokens", "τ 1.50"]);
+  assert.deepEqual(formatStats({ engine_ttft_ms: 16, total_ms: 34, engine: { new_tokens: 1, accepted_per_forward: 1, ttft_ms: 99 } }),
+                   ["TTFT 16 ms", "total 34 ms", "1 token", "τ 1.00"]);
+  assert.deepEqual(formatStats({}), []);
 });
