@@ -1,0 +1,193 @@
+"""Speculative decoding, side by side on held-out code: our loop with each drafter vs plain
+greedy and the Hugging Face peers a Python user could pick instead, same target and prompts.
+
+    python bench/speculative.py [--n 16] [--new 48] [--target DIR --draft DIR]
+
+Prints a table (median ms/token, tokens/s, ratio to our plain loop and to HF assisted
+generation, τ = tokens per target forward), acceptance by draft position, fast-path share, the
+measured step-time ratio c = draft/target, and checks that every greedy method produced the same
+ids. Writes bench/out/speculative.json and .png.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from heldout import fim_holes  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "out"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target")
+    ap.add_argument("--draft")
+    ap.add_argument("--n", type=int, default=16, help="prompts")
+    ap.add_argument("--new", type=int, default=48, help="new tokens per prompt (EOS ignored)")
+    ap.add_argument("--k", type=int, default=6, help="fixed draft length for the τ rows")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    ap.add_argument("--no-hf", action="store_true", help="skip the HF generate() peers")
+    ap.add_argument("--third-party", default="more-itertools")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    from transformers import AutoModelForCausalLM
+
+    from completer.engine.engine import Engine, EngineConfig
+    from completer.engine.runner import make_runner
+    from completer.engine.speculative import generate
+    from draft_models import DEFAULT_DRAFT, DEFAULT_TARGET
+    from draft_models.drafters import (AdaptiveK, CombinedDrafter, FastPathDrafter, ModelDrafter,
+                                       NgramDrafter, Sampling)
+
+    tdir, ddir = a.target or str(DEFAULT_TARGET), a.draft or str(DEFAULT_DRAFT)
+    eng = Engine(EngineConfig(target=tdir, draft=ddir))
+    hf_t = AutoModelForCausalLM.from_pretrained(tdir, dtype=torch.float32).eval()
+    hf_d = AutoModelForCausalLM.from_pretrained(ddir, dtype=torch.float32).eval()
+    fp_path = Path(tdir).parent / "fastpath.json"
+    fast = FastPathDrafter.load(fp_path) if fp_path.is_file() else None
+    budget = eng.ctx - a.new - 16
+    holes = fim_holes(a.n, a.seed, tuple(x for x in a.third_party.split(",") if x), kind="start")
+    prompts = [eng.fim_prompt(h.prefix, h.suffix)[-budget:] for h in holes]
+    greedy = Sampling()
+    V = eng.pair.target.embed.shape[0] if hasattr(eng.pair.target, "embed") else hf_t.config.vocab_size
+
+    def ours(drafter_kind: str, fixed_k: int | None = None):
+        def run(prompt):
+            tr = make_runner(eng.pair.target, eng.ctx)
+            dr = make_runner(eng.pair.draft, eng.ctx)
+            model = ModelDrafter(dr, greedy)
+            d = {"none": None, "model": model, "ngram": NgramDrafter(), "fastpath": fast,
+                 "combined": CombinedDrafter(model, NgramDrafter(), fast, V)}[drafter_kind]
+            k = AdaptiveK(fixed_k, fixed_k, fixed_k) if fixed_k else AdaptiveK(4, 1, 8)
+            ids, st = generate(tr, prompt, a.new, greedy, d, k if d is not None else None)
+            return ids, st
+        return run
+
+    def hf(**kw):
+        def run(prompt):
+            x = torch.tensor([prompt])
+            with torch.inference_mode():
+                out = hf_t.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=a.new,
+                                    min_new_tokens=a.new, do_sample=False, eos_token_id=None,
+                                    pad_token_id=0, **kw)
+            return out[0, len(prompt):].tolist(), None
+        return run
+
+    methods = {"plain (ours)": ours("none")}
+    if not a.no_hf:
+        methods.update({"HF generate()": hf(), "HF assisted (draft)": hf(assistant_model=hf_d),
+                        "HF prompt lookup": hf(prompt_lookup_num_tokens=10)})
+    methods.update({"ours: model": ours("model"), "ours: ngram": ours("ngram"),
+                    "ours: fastpath": ours("fastpath"), "ours: combined": ours("combined"),
+                    f"ours: model k={a.k}": ours("model", a.k),
+                    f"ours: combined k={a.k}": ours("combined", a.k)})
+    if fast is None:
+        methods.pop("ours: fastpath")
+
+    for run in methods.values():  # warm up every path once (allocator, oneDNN kernels)
+        run(prompts[0])
+    res = {name: {"ms_per_token": [], "tau": [], "ids": [], "acc_pos": [0] * 16, "prop_pos": [0] * 16,
+                  "by_source": {}} for name in methods}
+    for p in prompts:
+        for name, run in methods.items():  # interleaved: machine noise hits every method alike
+            t0 = time.perf_counter()
+            ids, st = run(p)
+            dt = time.perf_counter() - t0
+            r = res[name]
+            r["ms_per_token"].append(dt * 1e3 / len(ids))
+            r["ids"].append(ids)
+            if st is not None and st.target_forwards:
+                r["tau"].append(st.accepted_per_forward)
+                for i in range(16):
+                    r["acc_pos"][i] += st.accept_by_pos[i]
+                    r["prop_pos"][i] += st.proposed_by_pos[i]
+                for src, (pr, ac) in st.by_source.items():
+                    s = r["by_source"].setdefault(src, [0, 0])
+                    s[0] += pr
+                    s[1] += ac
+
+    ref_ids = res["plain (ours)"]["ids"]
+    base = statistics.median(res["plain (ours)"]["ms_per_token"])
+    assisted = statistics.median(res["HF assisted (draft)"]["ms_per_token"]) if not a.no_hf else None
+    c = _step_ratio(eng, make_runner, prompts[0])
+    print(f"\n{len(prompts)} held-out FIM prompts, {a.new} new tokens each, greedy; target {tdir}, draft {ddir}")
+    print(f"step-time ratio c = draft/target (1-token cached forward): {c['c']:.3f} "
+          f"(target {c['target_ms']:.2f} ms, draft {c['draft_ms']:.2f} ms; "
+          f"verify of 7 tokens = {c['verify7_ratio']:.2f}x a 1-token forward)\n")
+    hdr = f"{'method':26s} {'ms/tok p50':>10s} {'tok/s':>7s} {'vs plain':>9s} {'vs HF asst':>10s} {'τ':>5s} {'same ids':>8s}"
+    print(hdr)
+    print("-" * len(hdr))
+    table = {}
+    for name, r in res.items():
+        med = statistics.median(r["ms_per_token"])
+        same = sum(x == y for x, y in zip(r["ids"], ref_ids))
+        tau = statistics.mean(r["tau"]) if r["tau"] else float("nan")
+        row = {"ms_per_token_p50": med, "tokens_per_s": 1e3 / med, "vs_plain": base / med,
+               "vs_hf_assisted": (assisted / med) if assisted else None, "tau": tau,
+               "same_ids": f"{same}/{len(ref_ids)}",
+               "accept_by_pos": [ac / pr if pr else None for ac, pr in zip(r["acc_pos"], r["prop_pos"])][:8],
+               "by_source": r["by_source"]}
+        table[name] = row
+        vs_a = f"{row['vs_hf_assisted']:.2f}x" if assisted else "-"
+        print(f"{name:26s} {med:10.2f} {1e3 / med:7.1f} {base / med:8.2f}x {vs_a:>10s} "
+              f"{tau:5.2f} {row['same_ids']:>8s}")
+    print("\nacceptance by draft position (share of proposals at position i that were accepted):")
+    for name, row in table.items():
+        if any(x is not None for x in row["accept_by_pos"]):
+            print(f"  {name:26s} " + " ".join("  -  " if x is None else f"{x:.2f}" for x in row["accept_by_pos"]))
+    print("\nproposals by source [proposed, accepted]:")
+    for name, row in table.items():
+        if row["by_source"]:
+            print(f"  {name:26s} {row['by_source']}")
+    OUT.mkdir(exist_ok=True)
+    (OUT / "speculative.json").write_text(json.dumps({"step_ratio": c, "n": len(prompts), "new": a.new,
+                                                      "methods": table}, indent=2) + "\n")
+    _plot(table, OUT / "speculative.png")
+    print(f"\nwrote {OUT / 'speculative.json'} and speculative.png")
+    return 0
+
+
+def _step_ratio(eng, make_runner, prompt) -> dict:
+    def timed(runner, ids, reps=30):
+        runner.forward(prompt)
+        n0 = len(runner.ids)
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            runner.forward(ids)
+            ts.append(time.perf_counter() - t0)
+            runner.truncate(n0)
+        return statistics.median(ts) * 1e3
+    t1 = timed(make_runner(eng.pair.target, eng.ctx), [5])
+    t7 = timed(make_runner(eng.pair.target, eng.ctx), [5] * 7)
+    d1 = timed(make_runner(eng.pair.draft, eng.ctx), [5])
+    return {"target_ms": t1, "draft_ms": d1, "c": d1 / t1, "verify7_ratio": t7 / t1}
+
+
+def _plot(table: dict, path: Path) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    names = list(table)
+    fig, ax = plt.subplots(figsize=(9, 4))
+    ax.barh(names, [table[n]["tokens_per_s"] for n in names], color="#4a7")
+    ax.set_xlabel("tokens/s (median over prompts)")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
