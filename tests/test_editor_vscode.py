@@ -1,6 +1,7 @@
 """VS Code extension (editor-plugin/vscode): its TypeScript unit tests (settings mapping,
 feedback, status) under `node --test`, and its settings manifest against the engine's own
-defaults and choices, so the settings UI cannot drift from the server. VS Code itself cannot run
+defaults and choices and the language server's options (and the Neovim plugin's option table
+likewise), so the settings cannot drift from the server. VS Code itself cannot run
 here; see editor-plugin/README.md for the manual check."""
 from __future__ import annotations
 
@@ -45,3 +46,32 @@ def test_settings_defaults_and_choices_match_the_engine():
         assert setting["default"] == want, name
     assert tuple(props["completer.drafter"]["enum"]) == DRAFTERS
     assert props["completer.draftLen"]["maximum"] == defaults["max_draft_len"]
+
+
+def test_settings_cover_every_language_server_option():
+    """One setting per `initializationOptions` field of lsp/options.py, with the same default."""
+    from lsp.options import ServerOptions
+
+    props = manifest_props()
+    by_option = {}
+    for key, prop in props.items():
+        if key.startswith("completer.server."):
+            continue
+        name = key.removeprefix("completer.")
+        option = "".join("_" + c.lower() if c.isupper() else c for c in name)
+        by_option[option] = prop
+    fields = {f.name: f.default for f in dataclasses.fields(ServerOptions)}
+    assert sorted(by_option) == sorted(fields)
+    for name, default in fields.items():
+        assert by_option[name]["default"] == ("" if default is None else default), name
+
+
+def test_nvim_plugin_knows_every_language_server_option():
+    import re
+
+    from lsp.options import ServerOptions
+
+    lua = (EXT.parent / "nvim" / "lua" / "completer" / "init.lua").read_text()
+    table = re.search(r"M\.option_types = \{(.*?)\n\}", lua, re.S).group(1)
+    names = set(re.findall(r"(\w+) = '", table))
+    assert names == {f.name for f in dataclasses.fields(ServerOptions)}

@@ -20,7 +20,8 @@ M.option_types = {
   target = 'string', draft = 'string', device = 'string', dtype = 'string', quant = 'string',
   drafter = 'string', draft_len = 'number', max_new_tokens = 'number', temperature = 'number',
   top_p = 'number', kv_budget_mb = 'number', seed = 'number', engine = 'string',
-  debounce_ms = 'number', complete_in_comments = 'boolean', complete_in_docstrings = 'boolean',
+  debounce_ms = 'number', warmup = 'boolean', multiline = 'boolean', max_lines = 'number',
+  complete_in_comments = 'boolean', complete_in_strings = 'boolean', complete_in_docstrings = 'boolean',
 }
 
 M.defaults = {

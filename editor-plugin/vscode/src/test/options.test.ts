@@ -19,9 +19,9 @@ test("set values map to the server's snake_case names; unset ones are not sent",
 test("every server option has exactly one row", () => {
   const names = OPTIONS.map((o) => o.option).sort();
   assert.deepEqual(names, [
-    "complete_in_comments", "complete_in_docstrings", "debounce_ms", "device", "draft", "draft_len",
-    "drafter", "dtype", "engine", "kv_budget_mb", "max_new_tokens", "quant", "seed", "target",
-    "temperature", "top_p",
+    "complete_in_comments", "complete_in_docstrings", "complete_in_strings", "debounce_ms", "device",
+    "draft", "draft_len", "drafter", "dtype", "engine", "kv_budget_mb", "max_lines", "max_new_tokens",
+    "multiline", "quant", "seed", "target", "temperature", "top_p", "warmup",
   ]);
 });
 
