@@ -30,7 +30,8 @@ def find_nvim() -> tuple[str | None, str]:
         if not cand or cand in seen:
             continue
         seen.append(cand)
-        out = subprocess.run([cand, "--version"], capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run([cand, "--version"], capture_output=True, text=True, timeout=30,
+                             check=False).stdout
         m = re.search(r"NVIM v(\d+)\.(\d+)", out)
         if m and (int(m[1]), int(m[2])) >= (0, 12):
             return cand, ""
@@ -106,7 +107,7 @@ class Nvim:
         setup.write_text(SETUP_LUA % {"plugin": json.dumps(str(PLUGIN)), "config": json.dumps(str(config))})
         env = dict(os.environ, OMP_NUM_THREADS="1", XDG_STATE_HOME=str(tmp / "state"),
                    XDG_DATA_HOME=str(tmp / "data"), XDG_CONFIG_HOME=str(tmp / "config"))
-        self.log = open(tmp / "nvim.log", "w")
+        self.log = open(tmp / "nvim.log", "w")  # noqa: SIM115 (closed in close())
         self.proc = subprocess.Popen(
             [NVIM, "--headless", "--listen", self.sock, "-u", "NONE", "-i", "NONE", "-n",
              "-c", f"luafile {setup}"], cwd=tmp, env=env, stdout=self.log, stderr=subprocess.STDOUT)
@@ -117,7 +118,7 @@ class Nvim:
 
     def expr(self, expr: str) -> str:
         r = subprocess.run([NVIM, "--server", self.sock, "--remote-expr", expr],
-                           capture_output=True, text=True, timeout=30)
+                           capture_output=True, text=True, timeout=30, check=False)
         assert r.returncode == 0, r.stderr
         return r.stdout
 
@@ -149,7 +150,7 @@ class Nvim:
 
 
 @pytest.fixture
-def nvim_session(tmp_path, parrot_pair):
+def nvim_session(tmp_path, parrot_pair):  # noqa: F811 (the imported fixture)
     target, draft = parrot_pair
     src = tmp_path / "demo.py"
     src.write_text("import os\n\n\ndef add(a, b):\n    return a + b\n\n\ndef main():\n    x = 1\n")
@@ -248,6 +249,6 @@ def test_partial_accept_takes_a_word_or_a_line(tmp_path):
         "end\n"
         "io.stdout:write('done\\n')\n")
     r = subprocess.run([NVIM, "--headless", "-u", "NONE", "-i", "NONE", "-n", "-l", str(script)],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=60, check=False)
     out = r.stdout + r.stderr
     assert r.returncode == 0 and "done" in out and "FAIL" not in out, out

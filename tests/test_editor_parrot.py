@@ -17,10 +17,10 @@ ANSWER = "1"
 
 SNIPPETS = [
     "import os\n\n\ndef add(a, b):\n    return a + b\n\n\ndef main():\n    x = 1\n    y = x + ",
-    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n    if n < 2:\n        return n\n'
-    "    return fibonacci(n - 1) + ",
-    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n    def norm(self):\n"
-    "        return (self.x ** 2 + self.y ** 2) ** 0.5\n",
+    ('def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n    if n < 2:\n        return n\n'
+     "    return fibonacci(n - 1) + "),
+    ("class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n    def norm(self):\n"
+     "        return (self.x ** 2 + self.y ** 2) ** 0.5\n"),
     "for i in range(10):\n    total = total + i\nprint(total)\nvalues = [v * 2 for v in data]\nz = ",
 ]
 
@@ -37,8 +37,10 @@ def make_parrot_pair(target: Path, draft: Path, out: Path, steps: int = 80, seed
     model = AutoModelForCausalLM.from_pretrained(out / "target", dtype=torch.float32)
     eos = model.config.eos_token_id
     answer = tok.encode(ANSWER, add_special_tokens=False).ids + [eos]
-    enc = lambda s: tok.encode(s, add_special_tokens=False).ids  # noqa: E731
     rng = random.Random(seed)
+
+    def enc(s: str) -> list[int]:
+        return tok.encode(s, add_special_tokens=False).ids
 
     def sample() -> tuple[list[int], int]:
         text = rng.choice(SNIPPETS)

@@ -26,7 +26,7 @@ def test_extension_unit_tests_pass():
         pytest.skip("npm not installed")
     if not (EXT / "node_modules" / "vscode-languageclient").is_dir():
         pytest.skip("dependencies not installed: run `npm ci` in editor-plugin/vscode")
-    r = subprocess.run([npm, "test"], cwd=EXT, capture_output=True, text=True, timeout=300)
+    r = subprocess.run([npm, "test"], cwd=EXT, capture_output=True, text=True, timeout=300, check=False)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
     assert "# fail 0" in out and "# pass 0" not in out, out[-2000:]
@@ -72,6 +72,6 @@ def test_nvim_plugin_knows_every_language_server_option():
     from lsp.options import ServerOptions
 
     lua = (EXT.parent / "nvim" / "lua" / "completer" / "init.lua").read_text()
-    table = re.search(r"M\.option_types = \{(.*?)\n\}", lua, re.S).group(1)
+    table = re.search(r"M\.option_types = \{(.*?)\n\}", lua, re.DOTALL).group(1)
     names = set(re.findall(r"(\w+) = '", table))
     assert names == {f.name for f in dataclasses.fields(ServerOptions)}

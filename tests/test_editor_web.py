@@ -63,7 +63,7 @@ FRAMES = [
      "stats": {"ttft_ms": 12.5, "total_ms": 80.25, "new_tokens": 3, "neg": -70000, "big": 2**40}},
     {"type": "error", "id": None, "code": "bad_frame", "message": "expected a map"},
     {"list": [1, [2, [3, None]], True, False, -1.5e-3], "bin": b"\x00\xff" * 40, "empty": {}},
-    {"k%d" % i: i for i in range(20)},
+    {f"k{i}": i for i in range(20)},
 ]
 
 
@@ -77,7 +77,8 @@ def test_msgpack_codec_agrees_with_python_msgpack(tmp_path):
         "const out = input.map((h) => Buffer.from(encode(decode(Buffer.from(h, 'hex')))).toString('hex'));\n"
         "process.stdout.write(JSON.stringify(out));\n")
     packed = [msgpack.packb(f, use_bin_type=True).hex() for f in FRAMES]
-    r = subprocess.run([NODE, str(script), json.dumps(packed)], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([NODE, str(script), json.dumps(packed)], capture_output=True, text=True, timeout=60,
+                       check=False)
     assert r.returncode == 0, r.stderr
     back = [msgpack.unpackb(bytes.fromhex(h), raw=False) for h in json.loads(r.stdout)]
     assert back == FRAMES
@@ -140,7 +141,7 @@ def chromium(tmp_path):
          "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-extensions",
          "--disable-default-apps", "--mute-audio", f"--user-data-dir={profile}",
          "--remote-debugging-port=0", "--remote-allow-origins=*", "--window-size=1100,760", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "chromium.log", "w"))
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         port_file = profile / "DevToolsActivePort"
         wait_for(lambda: port_file.exists() and port_file.read_text().strip(), 60, "chromium DevTools port",
@@ -174,12 +175,12 @@ def static_site(tmp_path):
 
 
 @pytest.fixture
-def completer_serve(tmp_path, parrot_pair):
+def completer_serve(tmp_path, parrot_pair):  # noqa: F811 (the imported fixture)
     target, draft = parrot_pair
     port = free_port()
     exe = VENV_BIN / "completer"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "completer.cli"]
-    log = open(tmp_path / "serve.log", "w")
+    log = open(tmp_path / "serve.log", "w")  # noqa: SIM115 (closed in the finally below)
     proc = subprocess.Popen(
         cmd + ["serve", "--host", "127.0.0.1", "--port", str(port), "--target", str(target),
                "--draft", str(draft), "--max-new-tokens", "16"],
