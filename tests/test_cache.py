@@ -9,9 +9,9 @@ import torch
 from conftest import random_llama
 
 from completer.engine.batch import batched_forward
-from completer.engine.engine import Engine, EngineConfig, fork_runner
+from completer.engine.engine import Engine, EngineConfig
 from completer.engine.models import Pair, load_tokenizer
-from completer.engine.runner import LlamaRunner, common_prefix_len
+from completer.engine.runner import common_prefix_len, make_runner
 from completer.engine.scheduler import Overloaded
 
 torch.set_num_threads(1)
@@ -47,9 +47,8 @@ def edit(seq: list, rng: random.Random, alphabet) -> list:
 
 def test_batched_forward_matches_serial():
     model = random_llama(64, 2, 3)
-    tmpl = LlamaRunner(model, 128)
-    runners = [fork_runner(tmpl) for _ in range(3)]
-    refs = [fork_runner(tmpl) for _ in range(3)]
+    runners = [make_runner(model, 128) for _ in range(3)]
+    refs = [make_runner(model, 128) for _ in range(3)]
     rng = random.Random(0)
     for r, ref in zip(runners, refs):  # different cache lengths per sequence
         ids = [rng.randrange(64) for _ in range(rng.randint(1, 20))]

@@ -20,7 +20,7 @@ from .runner import LlamaRunner, _rotate_half
 @torch.inference_mode()
 def batched_forward(runners: list[LlamaRunner], feeds: list[list[int]]) -> list[torch.Tensor]:
     """Append feeds[i] to runners[i] (all sharing one model's weights); return each one's
-    logits [T_i, V] (float32), as `runner.forward` would."""
+    logits [T_i, V] (at least float32), as `runner.forward` would."""
     r0 = runners[0]
     H, Hkv, hd = r0.n_heads, r0.n_kv, r0.hd
     T = [len(f) for f in feeds]
@@ -60,7 +60,8 @@ def batched_forward(runners: list[LlamaRunner], feeds: list[list[int]]) -> list[
         x = x + (F.silu(g) * u) @ wdown.T
     for r, f in zip(runners, feeds):
         r.ids.extend(f)
-    logits = (r0._rms(x, r0.norm) @ r0.lm_head.T).float()  # [ΣT, V]
+    logits = r0._rms(x, r0.norm) @ r0.lm_head.T  # [ΣT, V]
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # as runner.forward
     return [logits[offs[i]:offs[i + 1]] for i in range(len(runners))]
 
 

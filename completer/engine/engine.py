@@ -9,7 +9,6 @@ request by a prefix of that completion's text is served the rest of it without t
 """
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from collections import OrderedDict
@@ -25,7 +24,7 @@ from draft_models.drafters import (AdaptiveK, CombinedDrafter, FastPathDrafter, 
 from .batch import Via
 from .models import ModelError, Pair, load_pair
 from .prompt import FimFormat, build_prompt
-from .runner import LlamaRunner, common_prefix_len, make_runner
+from .runner import common_prefix_len, make_runner
 from .scheduler import INTERACTIVE, WARMUP, Overloaded, Scheduler, SchedulerConfig
 from .speculative import GenStats, generate
 
@@ -38,7 +37,8 @@ class EngineConfig:
     draft: str | None = None       # must share the target's tokenizer
     device: str = "auto"           # auto | cpu | cuda[:N]
     dtype: str = "auto"            # auto = fp32 on CPU, bf16 on CUDA
-    quant: str = "none"            # none | int8 | nf4 | mixed (target only)
+    quant: str = "none"            # none | int8 | nf4 (bitsandbytes) | fast-int8 | mixed (ours; target only)
+    quant_groups: str = "embed=fp16,attn=int8,mlp=int4,head=int8"  # per-group precision for mixed
     drafter: str = "combined"      # combined | model | ngram | fastpath | none
     draft_len: int = 4             # initial k; adapted per document from acceptance
     max_draft_len: int = 8
@@ -96,37 +96,18 @@ def kv_reserve_bytes(model, ctx: int) -> int:
     heads = c.num_attention_heads
     hd = getattr(c, "head_dim", None) or c.hidden_size // heads
     kv = getattr(c, "num_key_value_heads", None) or heads
-    elt = model.get_input_embeddings().weight.element_size()
+    embed = getattr(model, "embed", None)  # LlamaWeights; an HF model has get_input_embeddings
+    elt = (embed if embed is not None else model.get_input_embeddings().weight).element_size()
     return 2 * c.num_hidden_layers * kv * ctx * hd * elt
-
-
-def fork_runner(template):
-    """A runner with its own empty cache that shares `template`'s weights. LlamaRunner
-    concatenates its projections on construction: a fresh one per document would copy most of
-    the model per slot, and the batcher groups runners by that shared weight tensor."""
-    if not isinstance(template, LlamaRunner):
-        return make_runner(template.model, template.max_len, lean=False)
-    r = copy.copy(template)
-    r.k = torch.zeros(len(r.layers), r.n_kv, r.max_len, r.hd, dtype=r.dtype, device=r.device)
-    r.v = torch.zeros_like(r.k)  # [L, Hkv, P, hd]
-    r.ids = []
-    return r
-
-
-def _template(model, ctx: int, lean: bool):
-    """A runner kept for its weights and rope tables only; its own K/V is dropped."""
-    r = make_runner(model, ctx, lean)
-    if isinstance(r, LlamaRunner):
-        r.k = r.v = None
-    return r
 
 
 class Slot:
     """One document's KV caches (target and draft) and its adaptive draft length."""
 
     def __init__(self, engine: "Engine"):
-        self.target = fork_runner(engine.templates[0])
-        self.draft = fork_runner(engine.templates[1]) if engine.templates[1] is not None else None
+        self.target = make_runner(engine.pair.target, engine.ctx, engine.cfg.lean)  # weights shared
+        self.draft = (make_runner(engine.pair.draft, engine.ctx, engine.cfg.lean)
+                      if engine.pair.draft is not None else None)
         self.k = AdaptiveK(engine.cfg.draft_len, 1, engine.cfg.max_draft_len)
         self.ngram = NgramDrafter()
 
@@ -177,7 +158,8 @@ class Engine:
         cfg.validate()
         self.cfg = cfg
         self.pair = pair or load_pair(cfg.target, cfg.draft, device=cfg.device, dtype=cfg.dtype,
-                                      quant=cfg.quant, use_draft=cfg.drafter in ("combined", "model"))
+                                      quant=cfg.quant, use_draft=cfg.drafter in ("combined", "model"),
+                                      lean=cfg.lean, quant_groups=cfg.quant_groups)
         self.tok = self.pair.tokenizer
         self.fim = FimFormat.detect(self.tok)
         self.ctx = min(getattr(self.pair.target.config, "max_position_embeddings", 2048), 4096)
@@ -186,8 +168,6 @@ class Engine:
                          and cfg.drafter in ("combined", "fastpath") else None)
         self.sampling = Sampling(cfg.temperature, cfg.top_p)
         self.gen = torch.Generator().manual_seed(cfg.seed)
-        self.templates = (_template(self.pair.target, self.ctx, cfg.lean),
-                          _template(self.pair.draft, self.ctx, cfg.lean) if self.pair.draft is not None else None)
         self.budget = int(cfg.kv_budget_mb * 2**20)
         self.slot_bytes = sum(kv_reserve_bytes(m, self.ctx) for m in (self.pair.target, self.pair.draft)
                               if m is not None)
