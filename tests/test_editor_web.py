@@ -86,6 +86,16 @@ def test_msgpack_codec_agrees_with_python_msgpack(tmp_path):
     assert json.loads(r.stdout) == packed
 
 
+@pytest.mark.skipif(NODE is None, reason="node not installed")
+def test_page_unit_tests_pass():
+    """editor-plugin/web/test: msgpack spec vectors, the protocol client on a fake socket, ghost rules."""
+    r = subprocess.run([NODE, "--test", "test/"], cwd=WEB, capture_output=True, text=True, timeout=120,
+                       check=False)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert "# fail 0" in out and "# pass 0" not in out, out[-2000:]
+
+
 class Cdp:
     """A minimal DevTools-protocol client over the `websockets` sync API."""
 
