@@ -413,8 +413,9 @@ def _run_engine(engine, prefix, suffix, language, doc_key, max_new, cancel, on_t
         else:
             fn = pipeline.complete_at
             params = inspect.signature(fn).parameters
-            kw = {k: v for k, v in (("max_new", max_new), ("cancel", cancel), ("on_text", on_text))
-                  if k in params}
+            kw = {k: v for k, v in (("cancel", cancel), ("on_text", on_text)) if k in params}
+            if max_new is not None and "options" in params:
+                kw["options"] = pipeline.CompletionOptions(max_new_tokens=max_new)
             return fn(engine, prefix + suffix, len(prefix), language=language, doc_key=doc_key, **kw)
     return engine.complete(prefix, suffix, doc_key=doc_key, max_new=max_new, cancel=cancel, on_text=on_text)
 
@@ -424,8 +425,11 @@ def _result_fields(c) -> tuple[str, dict]:
     if c is None:
         return "", {"new_tokens": 0, "stop_reason": "gated"}
     stats = dict(c.to_json()) if hasattr(c, "to_json") else {}
-    stats.pop("text", None)
-    stats.pop("token_ids", None)
+    nested = stats.pop("engine", None)  # the pipeline nests the engine's stats: flatten them
+    if isinstance(nested, dict):
+        stats = {**nested, **stats}
+    for k in ("text", "token_ids", "raw_text", "spans"):
+        stats.pop(k, None)
     if hasattr(c, "stats") and hasattr(c.stats, "prefill_ms"):
         stats.setdefault("prefill_ms", round(c.stats.prefill_ms, 3))
     return getattr(c, "text", "") or "", stats
