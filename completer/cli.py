@@ -18,7 +18,10 @@ def _engine_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--draft", help="draft model sharing the target's tokenizer (default: embedded pair)")
     g.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
     g.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
-    g.add_argument("--quant", default="none", help="target quantization: none | int8 | nf4 | mixed")
+    g.add_argument("--quant", default="none",
+                   help="target quantization: none | int8 | nf4 (bitsandbytes) | fast-int8 | mixed (ours)")
+    g.add_argument("--quant-groups", default="embed=fp16,attn=int8,mlp=int4,head=int8",
+                   help="per-group precision for --quant mixed (embed, attn, mlp, head)")
     g.add_argument("--drafter", default="combined", help="combined | model | ngram | fastpath | none")
     g.add_argument("--draft-len", type=int, default=4, help="initial draft length k (adapted)")
     g.add_argument("--max-new-tokens", type=int, default=64)
@@ -35,6 +38,7 @@ def engine_config(a: argparse.Namespace):
 
     return EngineConfig(
         target=a.target, draft=a.draft, device=a.device, dtype=a.dtype, quant=a.quant,
+        quant_groups=a.quant_groups,
         drafter="none" if a.no_speculative else a.drafter, draft_len=a.draft_len,
         max_new_tokens=a.max_new_tokens, temperature=0.0 if a.greedy else a.temperature,
         top_p=a.top_p, kv_budget_mb=a.kv_budget_mb, seed=a.seed)

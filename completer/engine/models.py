@@ -8,7 +8,9 @@ from pathlib import Path
 
 import torch
 
-QUANT_MODES = ("none", "int8", "nf4", "mixed")
+# int8 / nf4: bitsandbytes (the memory-capacity path, any HF model); fast-int8 / mixed: our
+# quantized lean runner (Llama family), see quant.py.
+QUANT_MODES = ("none", "int8", "nf4", "fast-int8", "mixed")
 
 
 class ModelError(Exception):
@@ -71,10 +73,13 @@ def load_tokenizer(name: str):
 
 
 def _quant_config(quant: str, dtype: torch.dtype):
-    if quant == "none":
+    if quant in ("none", "fast-int8", "mixed"):
         return None
     from transformers import BitsAndBytesConfig
     if quant == "int8":
+        import logging
+        # bitsandbytes logs one warning per matmul when activations are fp32 (they are cast to fp16)
+        logging.getLogger("bitsandbytes.autograd._functions").setLevel(logging.ERROR)
         return BitsAndBytesConfig(load_in_8bit=True, llm_int8_threshold=6.0)
     if quant == "nf4":
         return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
@@ -83,9 +88,23 @@ def _quant_config(quant: str, dtype: torch.dtype):
 
 
 def load_model(name: str, device: torch.device, dtype: torch.dtype, quant: str = "none",
-               lean: bool = True):
+               lean: bool = True, quant_groups: str | None = None):
     """A plain Llama directory loads straight into shared fused weights (no transformers import:
     seconds off a CPU cold start); anything else goes through AutoModelForCausalLM."""
+    if quant in ("fast-int8", "mixed"):
+        from .quant import DEFAULT_GROUPS, FAST_INT8_GROUPS, quantize_weights
+        from .runner import LlamaWeights, lean_supported
+        model = load_model(name, device, dtype, "none", True)
+        if not isinstance(model, LlamaWeights):
+            if not lean_supported(model):
+                raise ModelError(f"--quant {quant} needs a Llama-family model; {name} is "
+                                 f"{model.config.model_type} (use int8 or nf4)")
+            model = LlamaWeights.from_hf(model)
+        try:
+            quantize_weights(model, FAST_INT8_GROUPS if quant == "fast-int8" else quant_groups or DEFAULT_GROUPS)
+        except (ValueError, RuntimeError) as e:
+            raise ModelError(f"--quant {quant}: {e}") from None
+        return model
     cfg_path = Path(name) / "config.json"
     if lean and quant == "none" and cfg_path.is_file():
         import json
@@ -109,6 +128,8 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, quant: str =
         model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, **kw)
     except ModelError:
         raise
+    except ImportError as e:
+        raise ModelError(f"--quant {quant} is not available here: {e}") from None
     except Exception as e:  # noqa: BLE001
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelError(f"cannot load model {name}: {first}") from None
@@ -123,7 +144,7 @@ def same_vocab(a, b) -> bool:
 
 def load_pair(target: str | None = None, draft: str | None = None, *, device: str = "auto",
               dtype: str = "auto", quant: str = "none", use_draft: bool = True,
-              lean: bool = True) -> Pair:
+              lean: bool = True, quant_groups: str | None = None) -> Pair:
     from draft_models import DEFAULT_DRAFT, DEFAULT_TARGET
 
     if quant not in QUANT_MODES:
@@ -148,7 +169,7 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
         if not same_vocab(tok, dtok):
             raise ModelError(f"tokenizer mismatch: draft {draft} and target {target} do not share "
                              "a vocabulary, so draft tokens cannot be verified")
-    tmodel = load_model(target, dev, dt, quant, lean)
+    tmodel = load_model(target, dev, dt, quant, lean, quant_groups)
     if draft is not None and use_draft:
         dmodel = load_model(draft, dev, dt, lean=lean)
     return Pair(tmodel, dmodel, tok, target, draft if use_draft else None, dev)

@@ -117,7 +117,7 @@ class LlamaWeights:
             wgu = torch.cat([g("mlp.gate_proj"), g("mlp.up_proj")])  # [2I, D]
             self.layers.append((g("input_layernorm"), wqkv, g("self_attn.o_proj"),
                                 g("post_attention_layernorm"), wgu, g("mlp.down_proj")))
-        self.dtype, self.device = self.embed.dtype, self.embed.device
+        self.dtype, self.device = self.norm.dtype, self.norm.device  # compute dtype (embed may be narrower)
 
     @classmethod
     def from_hf(cls, model) -> "LlamaWeights":
@@ -139,9 +139,11 @@ class LlamaWeights:
         return SimpleNamespace(weight=self.embed)
 
     def parameters(self):
+        """The float tensors (quantized weights are not parameters)."""
         seen = {}
         for t in [self.embed, self.lm_head, self.norm] + [w for layer in self.layers for w in layer]:
-            seen[id(t)] = t
+            if isinstance(t, torch.Tensor):
+                seen[id(t)] = t
         return iter(seen.values())
 
 
@@ -182,7 +184,7 @@ class LlamaRunner(_Runner):
         if p + T > self.max_len:
             raise ValueError(f"context of {p + T} tokens exceeds the model's {self.max_len}")
         H, Hkv, hd = self.n_heads, self.n_kv, self.hd
-        x = self.embed[torch.tensor(new_ids, device=self.device)]  # [T, D]
+        x = self.embed[torch.tensor(new_ids, device=self.device)].to(self.dtype)  # [T, D]
         cos, sin = self.cos[p:p + T], self.sin[p:p + T]  # [T, hd]
         mask = None
         if T > 1:  # query i sits at p+i and sees keys 0..p+i

@@ -1,0 +1,119 @@
+"""Our quantized weights for the lean Llama runner: per-module-group precision.
+
+Groups: embed (token embedding), attn (q/k/v/o), mlp (gate/up/down), head (LM head). Precisions:
+- embed: fp32 | bf16 | fp16 — stored at that width, cast to the compute dtype on lookup;
+- attn/mlp/head: none | int8 | int4. int8 = per-channel symmetric; on CPU it runs fbgemm's
+  dynamic-int8 linear (int8 activations × int8 weights), on CUDA the Triton weight-only kernel
+  in kernels/quant.py. int4 = group-32 asymmetric, packed two per byte; CUDA: Triton kernel,
+  CPU: dequantized per call (memory-lean, slow — no fast int4 GEMV on AVX2).
+
+A quantized weight `w` works wherever the runner writes `x @ w.T`: `w.T` is an object whose
+`__rmatmul__` applies the quantized matmul, so runner code (and the batcher) stays unchanged.
+
+Modes (`--quant`): fast-int8 = attn/mlp/head int8; mixed = `--quant-groups` (default
+embed=fp16,attn=int8,mlp=int4,head=int8). int8/nf4 are bitsandbytes (see models.py).
+"""
+from __future__ import annotations
+
+import torch
+
+from kernels import quant as kq
+
+DEFAULT_GROUPS = "embed=fp16,attn=int8,mlp=int4,head=int8"
+FAST_INT8_GROUPS = "embed=fp32,attn=int8,mlp=int8,head=int8"
+_EMBED = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_LINEAR = ("none", "int8", "int4")
+
+
+def parse_groups(spec: str) -> dict[str, str]:
+    out = {"embed": "fp32", "attn": "none", "mlp": "none", "head": "none"}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        key, _, val = part.partition("=")
+        if key not in out:
+            raise ValueError(f"--quant-groups: unknown group {key!r} (embed, attn, mlp, head)")
+        allowed = _EMBED if key == "embed" else _LINEAR
+        if val not in allowed:
+            raise ValueError(f"--quant-groups: {key}={val!r}; expected one of {', '.join(allowed)}")
+        out[key] = val
+    return out
+
+
+class _T:
+    """The transpose of a quantized weight: `x @ w.T` calls back into the weight."""
+
+    def __init__(self, w):
+        self.w = w
+
+    def __rmatmul__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w.matmul(x)
+
+
+class Int8Weight:
+    def __init__(self, w: torch.Tensor):
+        self.shape, self.dtype = w.shape, w.dtype
+        self.q, self.scale = kq.quantize_int8(w)  # [N, K] int8, [N] fp32
+        self.T = _T(self)
+        self._packed = None
+        if not w.is_cuda:
+            qw = torch.quantize_per_channel(w.float(), self.scale.double(), torch.zeros_like(self.scale, dtype=torch.long),
+                                            0, torch.qint8)
+            self._packed = torch.ops.quantized.linear_prepack(qw, None)
+            self.q = None  # fbgemm holds its own packed copy: keep one int8 copy, not two
+
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        if self._packed is not None:
+            y = torch.ops.quantized.linear_dynamic(x.float().reshape(-1, x.shape[-1]), self._packed, True)
+            return y.reshape(*x.shape[:-1], -1).to(x.dtype)
+        return kq.int8_matmul(x.reshape(-1, x.shape[-1]), self.q, self.scale).reshape(*x.shape[:-1], -1)
+
+    def nbytes(self) -> int:
+        return self.shape[0] * self.shape[1] + 4 * self.shape[0]
+
+
+class Int4Weight:
+    GROUP = 32
+
+    def __init__(self, w: torch.Tensor):
+        self.shape, self.dtype = w.shape, w.dtype
+        self.packed, self.scale, self.zero = kq.quantize_int4(w, self.GROUP)
+        self.T = _T(self)
+
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        x2 = x.reshape(-1, x.shape[-1])
+        return kq.int4_matmul(x2, self.packed, self.scale, self.zero, self.GROUP).reshape(*x.shape[:-1], -1)
+
+    def nbytes(self) -> int:
+        return self.packed.numel() + 8 * self.scale.numel()
+
+
+def _q(w: torch.Tensor, prec: str):
+    if prec == "none":
+        return w
+    if prec == "int4" and w.shape[1] % Int4Weight.GROUP:
+        raise ValueError(f"int4 needs input widths that are multiples of {Int4Weight.GROUP}; got {w.shape[1]}")
+    return Int8Weight(w) if prec == "int8" else Int4Weight(w)
+
+
+def quantize_weights(weights, spec: str):
+    """Replace `weights`' matrices in place by quantized ones per group; returns the groups."""
+    g = parse_groups(spec)
+    compute = weights.norm.dtype
+    head = weights.lm_head
+    weights.lm_head = _q(head, g["head"])
+    weights.embed = weights.embed.to(_EMBED[g["embed"]])
+    weights.layers = [(w_in, _q(wqkv, g["attn"]), _q(wo, g["attn"]), w_post, _q(wgu, g["mlp"]),
+                       _q(wdown, g["mlp"])) for (w_in, wqkv, wo, w_post, wgu, wdown) in weights.layers]
+    weights.dtype = compute
+    weights.quant_groups = g
+    return g
+
+
+def weight_bytes(weights) -> int:
+    """Bytes of all weights (quantized ones at their packed size; a tied head counted once)."""
+    seen, total = set(), 0
+    for t in [weights.embed, weights.lm_head, weights.norm] + [w for layer in weights.layers for w in layer]:
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        total += t.nbytes() if isinstance(t, (Int8Weight, Int4Weight)) else t.numel() * t.element_size()
+    return total
