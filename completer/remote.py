@@ -13,9 +13,9 @@ import itertools
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Callable
 from urllib.parse import urlsplit, urlunsplit
 
 import msgpack
@@ -99,7 +99,7 @@ class RemoteEngine:
                 q = self._waiters.get(msg.get("id"))
                 if q is not None:
                     q.put(msg)
-        except Exception:  # noqa: BLE001 - the connection closed; waiters are told below
+        except Exception:  # noqa: BLE001, S110 - the connection closed; waiters are told below
             pass
         with self._lock:
             if self._ws is ws:
@@ -138,12 +138,12 @@ class RemoteEngine:
         try:
             self._send(frame)
             while True:
+                if cancel is not None and cancel.is_set() and not cancelled:
+                    cancelled = True
+                    self._send({"type": "cancel", "id": rid})
                 try:
                     msg = q.get(timeout=0.02)
                 except queue.Empty:
-                    if cancel is not None and cancel.is_set() and not cancelled:
-                        cancelled = True
-                        self._send({"type": "cancel", "id": rid})
                     continue
                 if msg is _CLOSED:
                     raise RemoteError("unavailable", "the connection to the engine service closed")
@@ -156,7 +156,7 @@ class RemoteEngine:
                     if stop_text is not None and (cut := stop_text(text)) is not None:
                         self._send({"type": "cancel", "id": rid})  # finished: the rest is not needed
                 elif msg["type"] == "done":
-                    stats = dict(msg.get("stats") or {})
+                    stats = {**(msg.get("stats") or {}), "cancelled": msg.get("cancelled", False)}
                     final = text[:cut] if cut is not None else msg["text"]
                     if cut is not None:
                         stats["stop_reason"] = "stop"

@@ -89,7 +89,7 @@ def _type_names(types) -> str:
 class Metrics:
     """The service's own registry: request stages, TTFT, speed, acceptance, cache, queue, RSS."""
 
-    def __init__(self, service: "Service"):
+    def __init__(self, service: Service):
         from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 
         self.registry = reg = CollectorRegistry()
@@ -111,7 +111,7 @@ class Metrics:
         reg.register(_EngineCollector(service))
 
     def observe(self, stats: dict) -> None:
-        ms = lambda k: max(float(stats.get(k) or 0.0), 0.0) / 1e3  # noqa: E731
+        ms = lambda k: max(float(stats.get(k) or 0.0), 0.0) / 1e3
         total, queue, prefill = ms("total_ms"), ms("queue_ms"), ms("prefill_ms")
         self.stage.labels("total").observe(total)
         self.stage.labels("queue").observe(queue)
@@ -130,7 +130,7 @@ class Metrics:
 class _EngineCollector:
     """Engine counters and gauges read at scrape time."""
 
-    def __init__(self, service: "Service"):
+    def __init__(self, service: Service):
         self.service = service
 
     def collect(self):
@@ -243,7 +243,7 @@ class Service:
                 reply = self._frame(conn, message)
                 if reply is not None:
                     await conn.send(_pack(reply))
-        except Exception:  # noqa: BLE001 - the peer went away mid-send: nothing left to answer
+        except Exception:  # noqa: BLE001, S110 - the peer went away mid-send: nothing left to answer
             pass
         finally:
             for ev in conn.inflight.values():
@@ -350,8 +350,8 @@ class Service:
             try:
                 c = await fut
             except Exception as e:  # noqa: BLE001 - mapped to an error frame
-                from .engine.scheduler import Overloaded
                 from .engine.models import ModelError
+                from .engine.scheduler import Overloaded
 
                 code = "overloaded" if isinstance(e, Overloaded) else "bad_request" if isinstance(e, ModelError) else "internal"
                 if code == "internal":
@@ -360,6 +360,8 @@ class Service:
                 await conn.send(_pack(_error(id_, code, str(e) or type(e).__name__)))
                 return
             text, stats = _result_fields(c)
+            if c is None and cancel.is_set():
+                stats["stop_reason"] = "cancelled"  # cancelled before it started
             cancelled = cancel.is_set() or stats.get("stop_reason") in ("cancelled", "superseded")
             outcome = "cancelled" if cancelled else "type_through" if stats.get("type_through") else "ok"
             self.metrics.requests.labels("complete", outcome).inc()
@@ -398,7 +400,6 @@ class Service:
         self.metrics.feedback.labels(str(accepted).lower()).inc()
         if accepted and chars > 0:
             self.metrics.accepted_chars.inc(chars)
-        return None
 
 
 def _run_engine(engine, prefix, suffix, language, doc_key, max_new, cancel, on_text):

@@ -53,7 +53,7 @@ def test_burst_for_one_document_leaves_the_newest(tok):  # noqa: F811
             wait_until(lambda: not burst["b"][0].is_alive() and not burst["c"][0].is_alive(),
                        "superseded waiting requests return")
 
-    ids, st = e.complete_ids(PROMPT, doc_key="doc", on_tokens=on_tokens)
+    _, st = e.complete_ids(PROMPT, doc_key="doc", on_tokens=on_tokens)
     assert st.stop_reason == "superseded"
     assert st.target_forwards == 2  # the step it was in when superseded was its last
     for name in ("b", "c"):
@@ -77,7 +77,7 @@ def test_caller_cancel_stops_within_one_step(tok):  # noqa: F811
         if len(calls) == 2:
             cancel.set()
 
-    ids, st = e.complete_ids(PROMPT, doc_key="doc", cancel=cancel, on_tokens=on_tokens)
+    _, st = e.complete_ids(PROMPT, doc_key="doc", cancel=cancel, on_tokens=on_tokens)
     assert st.stop_reason == "cancelled" and st.target_forwards == 1
 
 
@@ -159,8 +159,9 @@ def test_concurrent_documents_batch_and_match_serial(tok):  # noqa: F811
     want = {d: serial.complete_ids(p, doc_key=d)[0] for d, p in prompts.items()}
     e = engine(pair, max_new_tokens=12, max_batch=4, batch_wait_ms=50)
     together = threading.Barrier(3)
+    seen: list[int] = []
 
-    def first_step(ids, seen=[]):
+    def first_step(ids):
         if threading.get_ident() not in seen:
             seen.append(threading.get_ident())
             together.wait()  # all three live before any verify step

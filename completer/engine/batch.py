@@ -66,7 +66,7 @@ def batched_forward(runners: list[LlamaRunner], feeds: list[list[int]]) -> list[
 
 
 class _Call:
-    __slots__ = ("runner", "ids", "t", "out", "err", "done")
+    __slots__ = ("done", "err", "ids", "out", "runner", "t")
 
     def __init__(self, runner, ids: list[int]):
         self.runner, self.ids, self.t = runner, ids, time.perf_counter()

@@ -12,14 +12,20 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 import torch
 
 from draft_models import DEFAULT_DIR
-from draft_models.drafters import (AdaptiveK, CombinedDrafter, FastPathDrafter, ModelDrafter,
-                                   NgramDrafter, Sampling)
+from draft_models.drafters import (
+    AdaptiveK,
+    CombinedDrafter,
+    FastPathDrafter,
+    ModelDrafter,
+    NgramDrafter,
+    Sampling,
+)
 
 from .batch import Via
 from .models import ModelError, Pair, load_pair
@@ -104,7 +110,7 @@ def kv_reserve_bytes(model, ctx: int) -> int:
 class Slot:
     """One document's KV caches (target and draft) and its adaptive draft length."""
 
-    def __init__(self, engine: "Engine"):
+    def __init__(self, engine: Engine):
         self.target = make_runner(engine.pair.target, engine.ctx, engine.cfg.lean)  # weights shared
         self.draft = (make_runner(engine.pair.draft, engine.ctx, engine.cfg.lean)
                       if engine.pair.draft is not None else None)
@@ -360,7 +366,7 @@ class Engine:
         try:
             while True:
                 with rec.cond:
-                    rec.cond.wait_for(lambda: rec.done or len(rec.text) > sent or rec.epoch != epoch
+                    rec.cond.wait_for(lambda n=sent: rec.done or len(rec.text) > n or rec.epoch != epoch
                                       or (cancel is not None and cancel.is_set()), timeout=0.05)
                     text, done, ok = rec.text, rec.done, rec.ok
                 gone = rec.epoch != epoch or (cancel is not None and cancel.is_set())

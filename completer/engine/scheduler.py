@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .batch import StepBatcher
 from .models import ModelError
@@ -37,7 +37,7 @@ class SchedulerConfig:
 
 
 class Ticket:
-    __slots__ = ("doc", "priority", "seq", "superseded", "live", "error", "t_enq", "queue_ms", "resource")
+    __slots__ = ("doc", "error", "live", "priority", "queue_ms", "resource", "seq", "superseded", "t_enq")
 
     def __init__(self, doc: str, priority: int, seq: int):
         self.doc, self.priority, self.seq = doc, priority, seq

@@ -1,0 +1,127 @@
+"""Concurrent simulated editors against a real `completer serve`: throughput and tail latency
+with dynamic batching on and off.
+
+Each editor has its own WebSocket connection and its own held-out file; it types a few
+characters, requests a completion, waits for `done`, thinks briefly, and repeats (a closed
+loop). The server runs as a subprocess (`python -m completer.server`) with `--max-batch 16`
+(batching on) or `--max-batch 1` (off: one generation at a time).
+
+    python bench/concurrency.py [--target DIR --draft DIR] [--editors 1 4 16] [--requests 6]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgpack
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from keystrokes import OUT, pct, pick_sites
+
+
+def start_server(a, max_batch: int) -> tuple[subprocess.Popen, str]:
+    argv = [sys.executable, "-m", "completer.server", "--port", "0", "--max-batch", str(max_batch),
+            "--batch-wait-ms", str(a.batch_wait_ms), "--max-new-tokens", str(a.max_new)]
+    if a.target:
+        argv += ["--target", a.target, "--draft", a.draft]
+    env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "TOKENIZERS_PARALLELISM": "false"}
+    p = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
+    port = None
+    for line in p.stderr:
+        m = re.search(r"listening on ws://[^:]+:(\d+)/ws", line)
+        port = int(m.group(1)) if m else port
+        if "models ready" in line or "error" in line:
+            break
+    if port is None or p.poll() is not None:
+        raise SystemExit("the server did not start")
+    return p, f"ws://127.0.0.1:{port}/ws"
+
+
+async def editor(url: str, site, n: int, seed: int, rows: list) -> None:
+    from websockets.asyncio.client import connect
+
+    path, head, region, tail = site
+    rng = random.Random(seed)
+    typed = 0
+    async with connect(url, max_size=None) as ws:
+        for i in range(n):
+            typed += rng.randint(1, 6)
+            frame = {"type": "complete", "id": i, "doc": path.name, "prefix": head + region[:typed],
+                     "suffix": tail, "stream": False}
+            t0 = time.perf_counter()
+            await ws.send(msgpack.packb(frame))
+            while (r := msgpack.unpackb(await ws.recv()))["type"] != "done":
+                if r["type"] == "error":
+                    raise RuntimeError(r)
+            st = r["stats"]
+            rows.append({"latency_ms": (time.perf_counter() - t0) * 1e3, "new_tokens": st.get("new_tokens", 0),
+                         "ttft_ms": st.get("ttft_ms", 0.0), "queue_ms": st.get("queue_ms", 0.0),
+                         "prefill_tokens": st.get("prefill_tokens", 0)})
+            await asyncio.sleep(rng.uniform(0.02, 0.08))  # the user reads the ghost text
+
+
+async def load(url: str, sites, editors: int, n: int) -> dict:
+    rows: list = []
+    t0 = time.perf_counter()
+    await asyncio.gather(*(editor(url, sites[i % len(sites)], n, i, rows) for i in range(editors)))
+    wall = time.perf_counter() - t0
+    lat = [r["latency_ms"] for r in rows]
+    return {"editors": editors, "requests": len(rows), "wall_s": round(wall, 2),
+            "req_per_s": round(len(rows) / wall, 2),
+            "tokens_per_s": round(sum(r["new_tokens"] for r in rows) / wall, 1),
+            "p50_ms": round(pct(lat, .5), 1), "p90_ms": round(pct(lat, .9), 1), "p99_ms": round(pct(lat, .99), 1),
+            "queue_p50_ms": round(pct([r["queue_ms"] for r in rows], .5), 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target")
+    ap.add_argument("--draft")
+    ap.add_argument("--editors", type=int, nargs="+", default=[1, 4, 16])
+    ap.add_argument("--requests", type=int, default=6, help="completions per editor")
+    ap.add_argument("--max-new", type=int, default=24)
+    ap.add_argument("--batch-wait-ms", type=float, default=2.0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--head-tokens", type=int, default=600)
+    ap.add_argument("--out", type=Path, default=OUT / "concurrency.json")
+    a = ap.parse_args(argv)
+    from completer.engine.models import load_tokenizer
+    from draft_models import DEFAULT_TARGET
+
+    tok = load_tokenizer(a.target or str(DEFAULT_TARGET))
+    sites = pick_sites(lambda s: len(tok.encode(s, add_special_tokens=False).ids), max(a.editors), 200,
+                       a.head_tokens, random.Random(0))
+    results = []
+    for batching, max_batch in (("on", 16), ("off", 1)):
+        p, url = start_server(a, max_batch)
+        try:
+            for e in a.editors:
+                r = asyncio.run(load(url, sites, e, a.requests))
+                r["batching"] = batching
+                results.append(r)
+        finally:
+            p.terminate()
+            p.wait(timeout=30)
+    print(f"{'batching':8s} {'editors':>7s} {'reqs':>5s} {'req/s':>6s} {'tok/s':>7s} "
+          f"{'p50 ms':>7s} {'p90 ms':>7s} {'p99 ms':>7s} {'queue p50':>9s}")
+    for r in results:
+        print(f"{r['batching']:8s} {r['editors']:7d} {r['requests']:5d} {r['req_per_s']:6.2f} "
+              f"{r['tokens_per_s']:7.1f} {r['p50_ms']:7.1f} {r['p90_ms']:7.1f} {r['p99_ms']:7.1f} {r['queue_p50_ms']:9.1f}")
+    OUT.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(a).items()}, "results": results}, indent=1))
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,365 @@
+"""Replay typing held-out files character by character, requesting completions as an editor does.
+
+A region of each held-out file (stdlib email/, json/, asyncio/: never trained on) is removed and
+typed back one character at a time after ~2k tokens of the file, with person-like pauses
+(log-normal keystroke gaps, longer after newlines and punctuation, occasional thinking pauses). A
+completion is requested whenever a pause exceeds the editor's debounce; warmups are sent on
+syntax-ish triggers (newline, `:`, `(`, `=`, `,`) and when the file is opened. Time between
+keystrokes is simulated (not slept), so warmups run in the pause before the next request; their
+cost is reported separately.
+
+Modes, in the same run on the same model pair:
+  cold          no cache: the document's slot is dropped before every request
+  cache         per-document KV cache
+  cache+warmup  cache plus warmup prefill
+  full          cache + warmup + server-side type-through
+`--lsp` drives the real language server (`python -m lsp.server`, LSP over stdio) instead and
+reports end-to-end latency for warmup on/off.
+
+    python bench/keystrokes.py [--target DIR --draft DIR] [--files 2] [--chars 240]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import time
+import zlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+OUT = ROOT / "bench" / "out"
+TRIGGERS = "\n:(=,"
+MODES = ("cold", "cache", "cache+warmup", "full")
+
+
+def pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]
+
+
+def keystroke_gaps(text: str, rng: random.Random) -> list[float]:
+    """Milliseconds after each character before the next one."""
+    gaps = []
+    for ch in text:
+        g = rng.lognormvariate(math.log(110), 0.45)
+        if ch == "\n":
+            g += rng.uniform(250, 1200)
+        elif ch in ":(=,":
+            g += rng.uniform(0, 350)
+        if rng.random() < 0.02:
+            g += rng.uniform(1000, 3000)  # thinking
+        gaps.append(g)
+    return gaps
+
+
+def pick_sites(tok_count, files: int, chars: int, head_tokens: int, rng: random.Random):
+    """(path, head, region, tail): `region` typed after a head of ≈head_tokens tokens."""
+    from draft_models.data import corpus_files, read_source
+
+    paths = corpus_files(split="heldout")
+    rng.shuffle(paths)
+    sites = []
+    for p in paths:
+        text = read_source(p)
+        lines = text.splitlines(keepends=True)
+        if len(text) < 4 * head_tokens:
+            continue
+        acc, n = "", 0
+        for i, ln in enumerate(lines):  # the first line boundary past head_tokens
+            acc += ln
+            if len(acc) > 2 * head_tokens and tok_count(acc) >= head_tokens:
+                n = len(acc)
+                break
+        if not n or len(text) - n < chars + 200:
+            continue
+        sites.append((p, text[:n], text[n:n + chars], text[n + chars:]))
+        if len(sites) == files:
+            break
+    return sites
+
+
+# -- direct engine -------------------------------------------------------------------------------
+def run_engine_mode(engine, mode: str, site, gaps, debounce_ms: float, max_new: int) -> tuple[list, list]:
+    path, head, region, tail = site
+    doc = f"{mode}:{path.name}"
+    warm = mode in ("cache+warmup", "full")
+    rows, warms = [], []
+
+    def warmup(prefix):
+        t0 = time.perf_counter()
+        n = engine.warmup(prefix, tail, doc_key=doc)
+        warms.append({"tokens": n, "ms": (time.perf_counter() - t0) * 1e3})
+
+    if warm:
+        warmup(head)  # didOpen
+    for i, ch in enumerate(region):
+        prefix = head + region[: i + 1]
+        if warm and ch in TRIGGERS:
+            warmup(prefix)
+        if gaps[i] < debounce_ms:
+            continue
+        if mode == "cold":
+            engine.close(doc)
+        c = engine.complete(prefix, tail, doc_key=doc, max_new=max_new)
+        st = c.stats
+        queue = c.extra.get("queue_ms", 0.0)
+        rows.append({"file": path.name, "mode": mode, "char": i, "prompt_tokens": st.prompt_tokens,
+                     "prefill_tokens": st.prefill_tokens, "ttft_ms": st.ttft_ms, "total_ms": st.total_ms,
+                     "queue_ms": queue, "prefill_ms": st.prefill_ms,
+                     "decode_ms": max(st.total_ms - st.prefill_ms - queue, 0.0),
+                     "new_tokens": st.new_tokens, "type_through": c.extra.get("type_through", False),
+                     "pause_ms": gaps[i]})
+    return rows, warms
+
+
+def one_char_probe(engines: dict, site, max_new: int) -> dict:
+    """A one-character edit at the end of the ≈2k-token head: cold vs cached."""
+    _, head, region, _ = site
+    cold, warm = engines["cold"], engines["cache"]
+    out = {"cold_prefill": [], "warm_prefill": [], "cold_ttft": [], "warm_ttft": []}
+    for j in range(3):
+        prefix = head + region[:j]
+        cold.close("probe")
+        c = cold.complete(prefix + region[j], "", doc_key="probe", max_new=max_new)
+        warm.complete(prefix, "", doc_key="probe", max_new=max_new)
+        w = warm.complete(prefix + region[j], "", doc_key="probe", max_new=max_new)
+        out["cold_prefill"].append(c.stats.prefill_tokens)
+        out["warm_prefill"].append(w.stats.prefill_tokens)
+        out["cold_ttft"].append(c.stats.ttft_ms)
+        out["warm_ttft"].append(w.stats.ttft_ms)
+    return out
+
+
+def summarize(rows: list[dict]) -> dict:
+    ttft = [r["ttft_ms"] for r in rows if not r["type_through"]]
+    total = [r["total_ms"] for r in rows]
+    pre = [r["prefill_tokens"] for r in rows if not r["type_through"]]
+    n = len(rows)
+    return {
+        "requests": n,
+        "ttft_ms": {q: round(pct(ttft, v), 2) for q, v in (("p50", .5), ("p90", .9), ("p99", .99))},
+        "total_ms": {q: round(pct(total, v), 2) for q, v in (("p50", .5), ("p90", .9), ("p99", .99))},
+        "prefill_tokens": {"mean": round(statistics.fmean(pre), 2) if pre else 0.0,
+                           "p50": pct(pre, .5), "p90": pct(pre, .9), "p99": pct(pre, .99)},
+        "stage_ms_p50": {k: round(pct([r[k] for r in rows if not r["type_through"]], .5), 2)
+                         for k in ("queue_ms", "prefill_ms", "decode_ms")},
+        # "already prefilled": at most the last keystroke's few tokens were computed
+        "prefilled_rate": round(sum(r["prefill_tokens"] <= 4 or r["type_through"] for r in rows) / n, 3) if n else 0,
+        "cache_hit_rate": round(sum(r["prefill_tokens"] < r["prompt_tokens"] or r["type_through"]
+                                    for r in rows) / n, 3) if n else 0,
+        "type_through_rate": round(sum(r["type_through"] for r in rows) / n, 3) if n else 0,
+    }
+
+
+def bench_engine(a) -> dict:
+    from dataclasses import replace
+
+    import torch
+
+    from completer.engine.engine import Engine, EngineConfig
+    from completer.engine.models import load_pair
+
+    torch.set_num_threads(a.threads)
+    base = EngineConfig(target=a.target, draft=a.draft, max_new_tokens=a.max_new)
+    pair = load_pair(a.target, a.draft)
+    engines = {m: Engine(replace(base, type_through=m == "full"), pair=pair) for m in MODES}
+    for e in engines.values():
+        e.warm_start()
+    rng = random.Random(a.seed)
+    sites = pick_sites(engines["cold"].count_tokens, a.files, a.chars, a.head_tokens, rng)
+    rows, warms, probes = [], {m: [] for m in MODES}, []
+    for site in sites:
+        gaps = keystroke_gaps(site[2], random.Random(zlib.crc32(site[0].name.encode())))
+        probes.append(one_char_probe(engines, site, a.max_new))
+        for m in MODES:
+            r, w = run_engine_mode(engines[m], m, site, gaps, a.debounce_ms, a.max_new)
+            rows += r
+            warms[m] += w
+    summary = {m: summarize([r for r in rows if r["mode"] == m]) for m in MODES}
+    for m in MODES:
+        summary[m]["warmups"] = len(warms[m])
+        summary[m]["warmup_ms_p50"] = round(pct([w["ms"] for w in warms[m]], .5), 2) if warms[m] else 0
+    flat = {k: [x for p in probes for x in p[k]] for k in probes[0]} if probes else {}
+    probe = {}
+    if flat:
+        probe = {k: statistics.median(v) for k, v in flat.items()}
+        probe["prefill_ratio"] = round(probe["cold_prefill"] / max(probe["warm_prefill"], 1), 1)
+        probe["ttft_ratio"] = round(probe["cold_ttft"] / max(probe["warm_ttft"], 1e-6), 1)
+    return {"sites": [(str(s[0].relative_to(s[0].parents[1])), len(s[2])) for s in sites],
+            "head_tokens": a.head_tokens, "ctx": engines["cold"].ctx, "summary": summary,
+            "one_char_edit": probe, "rows": rows}
+
+
+def print_engine(res: dict) -> None:
+    print(f"files: {res['sites']}  (model context {res['ctx']} tokens: the prompt is a window)")
+    hdr = f"{'mode':13s} {'reqs':>4s} {'ttft p50/p90/p99 ms':>22s} {'total p50/p90/p99 ms':>23s} " \
+          f"{'prefill mean/p50/p90':>21s} {'prefilled':>9s} {'hit':>5s} {'t-thru':>6s} {'q/prefill/decode p50':>21s}"
+    print(hdr)
+    for m, s in res["summary"].items():
+        t, tt, p, st = s["ttft_ms"], s["total_ms"], s["prefill_tokens"], s["stage_ms_p50"]
+        print(f"{m:13s} {s['requests']:4d} {t['p50']:7.1f}/{t['p90']:6.1f}/{t['p99']:6.1f} "
+              f"{tt['p50']:8.1f}/{tt['p90']:6.1f}/{tt['p99']:6.1f} {p['mean']:9.1f}/{p['p50']:4.0f}/{p['p90']:5.0f} "
+              f"{s['prefilled_rate']:9.0%} {s['cache_hit_rate']:5.0%} {s['type_through_rate']:6.0%} "
+              f"{st['queue_ms']:6.1f}/{st['prefill_ms']:6.1f}/{st['decode_ms']:6.1f}")
+    p = res["one_char_edit"]
+    if p:
+        print(f"one-character edit at the end of a ~{res['head_tokens']}-token file: prefill tokens "
+              f"{p['cold_prefill']:.0f} cold vs {p['warm_prefill']:.0f} cached ({p['prefill_ratio']}x fewer); "
+              f"TTFT {p['cold_ttft']:.1f} ms vs {p['warm_ttft']:.1f} ms ({p['ttft_ratio']}x lower)")
+
+
+# -- through the language server -------------------------------------------------------------------
+class LspClient:
+    """Minimal JSON-RPC over stdio: requests with ids, notifications, server requests answered null."""
+
+    def __init__(self, argv: list[str], env: dict):
+        import subprocess
+        import threading
+
+        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, env=env)
+        self.next_id, self.replies, self.cond = 1, {}, threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        f = self.p.stdout
+        while True:
+            n = None
+            while True:
+                line = f.readline()
+                if not line:
+                    return
+                if line.lower().startswith(b"content-length:"):
+                    n = int(line.split(b":")[1])
+                if line in (b"\r\n", b"\n") and n is not None:
+                    break
+            msg = json.loads(f.read(n))
+            if "method" in msg and "id" in msg:
+                self._write({"jsonrpc": "2.0", "id": msg["id"], "result": None})
+            elif "id" in msg:
+                with self.cond:
+                    self.replies[msg["id"]] = msg
+                    self.cond.notify_all()
+
+    def _write(self, msg: dict) -> None:
+        body = json.dumps(msg).encode()
+        self.p.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.p.stdin.flush()
+
+    def notify(self, method: str, params: dict) -> None:
+        self._write({"jsonrpc": "2.0", "method": method, "params": params})
+
+    def request(self, method: str, params: dict, timeout: float = 600) -> dict:
+        with self.cond:
+            rid = self.next_id
+            self.next_id += 1
+        self._write({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        with self.cond:
+            self.cond.wait_for(lambda: rid in self.replies, timeout)
+            return self.replies.pop(rid)
+
+    def close(self) -> None:
+        try:
+            self.request("shutdown", {}, timeout=30)
+            self.notify("exit", {})
+            self.p.wait(timeout=30)
+        except Exception:  # noqa: BLE001 - a server that will not stop is killed
+            self.p.kill()
+
+
+def bench_lsp(a) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "TOKENIZERS_PARALLELISM": "false"}
+    rng = random.Random(a.seed)
+    from completer.engine.models import load_tokenizer
+    from draft_models import DEFAULT_TARGET
+
+    tok = load_tokenizer(a.target or str(DEFAULT_TARGET))
+    sites = pick_sites(lambda s: len(tok.encode(s, add_special_tokens=False).ids), a.files, a.chars,
+                       a.head_tokens, rng)
+    rows = []
+    for warm in (True, False):
+        opts = {"warmup": warm, "debounce_ms": 0, "max_new_tokens": a.max_new}
+        if a.target:
+            opts.update(target=a.target, draft=a.draft)
+        lsp = LspClient([sys.executable, "-m", "lsp.server"], env)
+        lsp.request("initialize", {"processId": os.getpid(), "rootUri": None, "capabilities": {},
+                                   "initializationOptions": opts})
+        lsp.notify("initialized", {})
+        while lsp.request("completer/stats", {}).get("result", {}).get("engine") not in ("ready", "failed"):
+            time.sleep(0.2)
+        for path, head, region, tail in sites:
+            uri = f"file:///bench/{'w' if warm else 'c'}/{path.name}"
+            lsp.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python",
+                                                                 "version": 1, "text": head + tail}})
+            gaps = keystroke_gaps(region, random.Random(zlib.crc32(path.name.encode())))
+            line, col = head.count("\n"), len(head) - (head.rfind("\n") + 1)
+            for i, ch in enumerate(region):
+                pos = {"line": line, "character": col}
+                lsp.notify("textDocument/didChange", {
+                    "textDocument": {"uri": uri, "version": i + 2},
+                    "contentChanges": [{"range": {"start": pos, "end": pos}, "text": ch}]})
+                line, col = (line + 1, 0) if ch == "\n" else (line, col + len(ch.encode("utf-16-le")) // 2)
+                if gaps[i] < a.debounce_ms:
+                    continue
+                t0 = time.perf_counter()
+                r = lsp.request("textDocument/inlineCompletion", {
+                    "textDocument": {"uri": uri}, "position": {"line": line, "character": col},
+                    "context": {"triggerKind": 2}})
+                items = (r.get("result") or {}).get("items") or []
+                rows.append({"mode": "lsp cache+warmup" if warm else "lsp cache", "file": path.name,
+                             "char": i, "e2e_ms": (time.perf_counter() - t0) * 1e3, "shown": bool(items)})
+        stats = lsp.request("completer/stats", {}).get("result")
+        rows.append({"mode": "server_stats", "warmup": warm, "stats": stats})
+        lsp.close()
+    summary = {}
+    for m in ("lsp cache+warmup", "lsp cache"):
+        e2e = [r["e2e_ms"] for r in rows if r.get("mode") == m]
+        summary[m] = {"requests": len(e2e), **{q: round(pct(e2e, v), 2) for q, v in
+                                               (("p50", .5), ("p90", .9), ("p99", .99))}}
+    return {"sites": [str(s[0].name) for s in sites], "summary": summary, "rows": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target")
+    ap.add_argument("--draft")
+    ap.add_argument("--files", type=int, default=2)
+    ap.add_argument("--chars", type=int, default=240, help="characters typed per file")
+    ap.add_argument("--head-tokens", type=int, default=2000, help="file tokens before the typing point")
+    ap.add_argument("--max-new", type=int, default=24)
+    ap.add_argument("--debounce-ms", type=float, default=150.0, help="a pause this long sends a request")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lsp", action="store_true", help="drive `python -m lsp.server` over stdio")
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args(argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    OUT.mkdir(parents=True, exist_ok=True)
+    if a.lsp:
+        if not (ROOT / "lsp" / "server.py").is_file():
+            print("lsp/server.py is not there yet: run without --lsp", file=sys.stderr)
+            return 2
+        res = bench_lsp(a)
+        print(f"files: {res['sites']}")
+        for m, s in res["summary"].items():
+            print(f"{m:18s} {s['requests']:4d} requests  end-to-end p50 {s['p50']:.1f}  p90 {s['p90']:.1f}  "
+                  f"p99 {s['p99']:.1f} ms")
+    else:
+        res = bench_engine(a)
+        print_engine(res)
+    out = a.out or OUT / ("keystrokes_lsp.json" if a.lsp else "keystrokes.json")
+    out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(a).items()}, **res}, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
