@@ -33,7 +33,7 @@ def batched_forward(runners: list[LlamaRunner], feeds: list[list[int]]) -> list[
         offs.append(offs[-1] + t)
     S = offs[-1]
     dev = r0.device
-    x = r0.embed[torch.tensor([i for f in feeds for i in f], device=dev)]  # [ΣT, D]
+    x = r0.embed[torch.tensor([i for f in feeds for i in f], device=dev)].to(r0.dtype)  # [ΣT, D]
     pos = torch.cat([torch.arange(p, p + t) for p, t in zip(P, T)]).to(dev)  # [ΣT]
     cos, sin = r0.cos[pos], r0.sin[pos]  # [ΣT, hd]
     masks = [torch.ones(t, p + t, dtype=torch.bool, device=dev).tril(p) if t > 1 else None

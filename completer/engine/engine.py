@@ -102,8 +102,9 @@ def kv_reserve_bytes(model, ctx: int) -> int:
     heads = c.num_attention_heads
     hd = getattr(c, "head_dim", None) or c.hidden_size // heads
     kv = getattr(c, "num_key_value_heads", None) or heads
-    embed = getattr(model, "embed", None)  # LlamaWeights; an HF model has get_input_embeddings
-    elt = (embed if embed is not None else model.get_input_embeddings().weight).element_size()
+    dtype = getattr(model, "dtype", None)  # the compute dtype: K/V are stored in it
+    elt = (torch.empty(0, dtype=dtype).element_size() if isinstance(dtype, torch.dtype)
+           else model.get_input_embeddings().weight.element_size())
     return 2 * c.num_hidden_layers * kv * ctx * hd * elt
 
 
@@ -131,8 +132,9 @@ class Record:
         self.cond = threading.Condition()
 
     def typed(self, prefix: str, suffix: str) -> str | None:
-        """The characters typed since this request if they match its completion, else None."""
-        if suffix != self.suffix or not prefix.startswith(self.prefix):
+        """The characters typed since this request if they match its completion, else None. A
+        repeat of the same request generates again (callers may want the model's own output)."""
+        if suffix != self.suffix or len(prefix) <= len(self.prefix) or not prefix.startswith(self.prefix):
             return None
         typed = prefix[len(self.prefix):]
         with self.cond:
