@@ -51,6 +51,8 @@ class Protocol(LanguageServerProtocol):
         self._send_response(msg_id, None, exc.to_response_error())
 
     def structure_message(self, data: dict[str, Any]):
+        if "jsonrpc" in data and "method" in data and "params" not in data:
+            data = {**data, "params": None}  # params are optional in JSON-RPC; pygls needs the key
         try:
             return super().structure_message(data)
         except JsonRpcException as e:  # params of the wrong shape for a known method
@@ -68,6 +70,10 @@ class Protocol(LanguageServerProtocol):
         method = getattr(message, "method", None)
         is_request = method is not None and getattr(message, "id", None) is not None
         if method == t.INITIALIZE:
+            if self.initialize_seen:  # only once per connection, or options and documents reset
+                if is_request:
+                    self.reply_error(message.id, JsonRpcInvalidRequest("already initialized"))
+                return
             self.initialize_seen = True
         elif not self.initialize_seen and method not in (None, t.EXIT):
             if is_request:  # the spec: error -32002 for requests, drop notifications
