@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from heldout import fim_holes  # noqa: E402
+from heldout import fim_holes
 
 OUT = Path(__file__).resolve().parent / "out"
 
@@ -45,8 +45,14 @@ def main() -> int:
     from completer.engine.runner import make_runner
     from completer.engine.speculative import generate
     from draft_models import DEFAULT_DRAFT, DEFAULT_TARGET
-    from draft_models.drafters import (AdaptiveK, CombinedDrafter, FastPathDrafter, ModelDrafter,
-                                       NgramDrafter, Sampling)
+    from draft_models.drafters import (
+        AdaptiveK,
+        CombinedDrafter,
+        FastPathDrafter,
+        ModelDrafter,
+        NgramDrafter,
+        Sampling,
+    )
 
     tdir, ddir = a.target or str(DEFAULT_TARGET), a.draft or str(DEFAULT_DRAFT)
     eng = Engine(EngineConfig(target=tdir, draft=ddir))

@@ -62,17 +62,6 @@ def read_source_file(path: str) -> str:
         raise UsageError(f"{path} is not UTF-8 (byte {e.start}); re-encode it as UTF-8") from None
 
 
-def split_at(text: str, line: int, col: int) -> tuple[str, str]:
-    """(prefix, suffix) at a 0-based line and column (in characters)."""
-    lines = text.split("\n")
-    if line < 0 or line >= len(lines):
-        raise UsageError(f"--line {line} is out of range: the file has {len(lines)} lines (0-based)")
-    if col < 0 or col > len(lines[line]):
-        raise UsageError(f"--col {col} is out of range: line {line} has {len(lines[line])} characters")
-    off = sum(len(ln) + 1 for ln in lines[:line]) + col
-    return text[:off], text[off:]
-
-
 def cmd_complete(a: argparse.Namespace) -> int:
     from .engine.engine import Engine
 
@@ -92,13 +81,40 @@ def cmd_complete(a: argparse.Namespace) -> int:
     else:
         if a.line is None or a.col is None:
             raise UsageError("--line and --col are required with PATH")
-        prefix, suffix = split_at(read_source_file(a.path), a.line, a.col)
-        engine = Engine(engine_config(a))
-        c = engine.complete(prefix, suffix, doc_key=str(Path(a.path).resolve()))
+        return _complete_file(a)
     if a.json:
         print(json.dumps(c.to_json()))
     else:
         print(c.text)
+    return 0
+
+
+def _complete_file(a: argparse.Namespace) -> int:
+    """File mode: the syntax-aware pipeline (gate → context → engine → post-process)."""
+    from .documents import PositionError, language_for
+    from .engine.engine import Engine
+    from .pipeline import CompletionOptions, _snapshot, complete_at, resolve_offset
+
+    text = read_source_file(a.path)
+    language = language_for(path=a.path)
+    snap = _snapshot(text, language)
+    try:
+        resolve_offset(snap, (a.line, a.col))
+    except PositionError as e:
+        raise UsageError(str(e)) from None
+    engine = Engine(engine_config(a))
+    r = complete_at(engine, snap, (a.line, a.col), language=language,
+                    doc_key=str(Path(a.path).resolve()),
+                    options=CompletionOptions(max_new_tokens=a.max_new_tokens))
+    if a.json:
+        eng = r.stats.pop("engine", None) or {"new_tokens": 0, "target_forwards": 0,
+                                              "accepted_per_forward": 0.0, "ttft_ms": 0.0}
+        out = {**eng, **r.stats, "text": r.text,
+               "total_ms": r.stats.get("total_ms", r.stats.get("syntax_ms", 0.0)),
+               "speculative": engine.cfg.drafter != "none"}
+        print(json.dumps(out))
+    else:
+        print(r.text)
     return 0
 
 

@@ -118,7 +118,7 @@ class FastPathDrafter:
         self.table = table
 
     @classmethod
-    def load(cls, path: Path) -> "FastPathDrafter":
+    def load(cls, path: Path) -> FastPathDrafter:
         rows = json.loads(path.read_text())["rows"]
         return cls({(a, b): c for a, b, c in rows})
 

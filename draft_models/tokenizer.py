@@ -5,7 +5,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from .data import PAD, SPECIAL_TOKENS, EOT, corpus_files, read_source
+from .data import EOT, PAD, SPECIAL_TOKENS, corpus_files, read_source
 
 
 def train_tokenizer(vocab_size: int, files: list[Path] | None = None) -> Tokenizer:

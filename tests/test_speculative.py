@@ -10,8 +10,16 @@ from conftest import random_llama
 
 from completer.engine.runner import HFRunner, make_runner
 from completer.engine.speculative import generate, verify
-from draft_models.drafters import (AdaptiveK, CombinedDrafter, FastPathDrafter, ModelDrafter,
-                                   NgramDrafter, Proposal, Sampling, warp)
+from draft_models.drafters import (
+    AdaptiveK,
+    CombinedDrafter,
+    FastPathDrafter,
+    ModelDrafter,
+    NgramDrafter,
+    Proposal,
+    Sampling,
+    warp,
+)
 
 torch.set_num_threads(1)
 

@@ -27,7 +27,7 @@ class FimFormat:
     layout: str  # "spm" | "psm" | "none"
 
     @classmethod
-    def detect(cls, tok, layout: str = "auto") -> "FimFormat":
+    def detect(cls, tok, layout: str = "auto") -> FimFormat:
         ids = {role: next((tok.token_to_id(n) for n in names if tok.token_to_id(n) is not None), None)
                for role, names in _NAMES.items()}
         eos = frozenset(tok.token_to_id(n) for n in _NAMES["eot"] if tok.token_to_id(n) is not None)
@@ -48,7 +48,7 @@ def build_prompt(tok, fmt: FimFormat, prefix: str, suffix: str, budget: int,
                  suffix_share: float = 0.25) -> list[int]:
     """Token ids of a FIM prompt whose length is at most `budget`. The suffix keeps its first
     lines, the prefix its last lines from a window start snapped to a grid of lines."""
-    enc = lambda s: tok.encode(s, add_special_tokens=False).ids if s else []  # noqa: E731
+    enc = lambda s: tok.encode(s, add_special_tokens=False).ids if s else []
     if fmt.layout == "none":
         return _tail_lines(enc, prefix, budget)
     budget -= 3

@@ -112,7 +112,8 @@ class LlamaWeights:
         self.norm = get("model.norm.weight")
         self.layers = []
         for i in range(cfg["num_hidden_layers"]):
-            g = lambda n: get(f"model.layers.{i}.{n}.weight")  # noqa: E731
+            def g(n: str, i: int = i) -> torch.Tensor:
+                return get(f"model.layers.{i}.{n}.weight")
             wqkv = torch.cat([g("self_attn.q_proj"), g("self_attn.k_proj"), g("self_attn.v_proj")])
             wgu = torch.cat([g("mlp.gate_proj"), g("mlp.up_proj")])  # [2I, D]
             self.layers.append((g("input_layernorm"), wqkv, g("self_attn.o_proj"),
@@ -120,12 +121,12 @@ class LlamaWeights:
         self.dtype, self.device = self.norm.dtype, self.norm.device  # compute dtype (embed may be narrower)
 
     @classmethod
-    def from_hf(cls, model) -> "LlamaWeights":
+    def from_hf(cls, model) -> LlamaWeights:
         sd = dict(model.named_parameters())
         return cls(model.config.to_dict(), lambda n: sd[n].detach())
 
     @classmethod
-    def from_dir(cls, path: str | Path, dtype: torch.dtype, device: torch.device) -> "LlamaWeights":
+    def from_dir(cls, path: str | Path, dtype: torch.dtype, device: torch.device) -> LlamaWeights:
         from safetensors.torch import load_file
 
         path = Path(path)
@@ -150,7 +151,7 @@ class LlamaWeights:
 class LlamaRunner(_Runner):
     """Lean batch-1 forward of a Llama-family model over its own K/V; weights are shared."""
 
-    def __init__(self, weights: "LlamaWeights", max_len: int | None = None):
+    def __init__(self, weights: LlamaWeights, max_len: int | None = None):
         w = weights
         self.weights = w
         self.max_len = max_len or w.config.max_position_embeddings

@@ -1,0 +1,81 @@
+"""`completer complete` end to end: the embedded pair on a real file, the JSON contract, raw
+prompt mode, and bad input (one clear line on stderr, exit code 2, no traceback)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "fib.py"
+
+
+def run(*args: str, timeout: int = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "completer.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_embedded_pair_completes_a_real_file():
+    r = run("complete", str(EXAMPLE), "--line", "7", "--col", "4", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    for key in ("text", "new_tokens", "target_forwards", "accepted_per_forward", "ttft_ms",
+                "total_ms", "speculative"):
+        assert key in out
+    assert out["speculative"] is True and out["new_tokens"] > 0 and out["ttft_ms"] > 0
+
+
+def test_raw_prompt_greedy_equals_no_speculative(tiny_pair, tmp_path):
+    target, draft = tiny_pair
+    prompt = tmp_path / "p.txt"
+    prompt.write_text("import os\n\n\ndef main():\n    ")
+    common = ["complete", "--prompt-file", str(prompt), "--max-new-tokens", "20", "--greedy",
+              "--json", "--target", str(target), "--draft", str(draft)]
+    spec, plain = run(*common), run(*common, "--no-speculative")
+    assert spec.returncode == 0 and plain.returncode == 0, spec.stderr + plain.stderr
+    a, b = json.loads(spec.stdout), json.loads(plain.stdout)
+    assert a["token_ids"] == b["token_ids"] and len(a["token_ids"]) > 0
+    assert a["speculative"] and not b["speculative"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["complete", "no/such/file.py", "--line", "0", "--col", "0"], "file not found"),
+    (["complete", str(EXAMPLE), "--line", "99", "--col", "0"], "out of range"),
+    (["complete", str(EXAMPLE), "--line", "0", "--col", "999"], "out of range"),
+    (["complete", str(EXAMPLE)], "--line and --col are required"),
+    (["complete", str(EXAMPLE), "--line", "0", "--col", "0", "--target", "/no/model"], "model directory not found"),
+    (["complete", str(EXAMPLE), "--line", "0", "--col", "0", "--target", str(ROOT)], "not a Hugging Face model"),
+    (["complete", str(EXAMPLE), "--line", "0", "--col", "0", "--quant", "int3"], "expected one of"),
+])
+def test_bad_input_is_one_clear_line(args, message):
+    r = run(*args)
+    assert r.returncode == 2
+    assert message in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_binary_and_non_utf8_files(tmp_path):
+    binf, latin = tmp_path / "a.bin", tmp_path / "b.py"
+    binf.write_bytes(b"\x00\x01\x02abc")
+    latin.write_bytes("x = 'caf\xe9'\n".encode("latin-1"))
+    for f, msg in ((binf, "binary"), (latin, "not UTF-8")):
+        r = run("complete", str(f), "--line", "0", "--col", "0")
+        assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr
+
+
+def test_tokenizer_mismatch_is_refused(tiny_pair, tmp_path):
+    import shutil
+
+    from tokenizers import Tokenizer
+
+    target, draft = tiny_pair
+    other = tmp_path / "draft"
+    shutil.copytree(draft, other)
+    tok = Tokenizer.from_file(str(other / "tokenizer.json"))
+    tok.add_tokens(["<extra_token>"])
+    tok.save(str(other / "tokenizer.json"))
+    r = run("complete", "--prompt-file", str(EXAMPLE), "--target", str(target), "--draft", str(other))
+    assert r.returncode == 2 and "tokenizer mismatch" in r.stderr
