@@ -1,0 +1,76 @@
+"""Documents: UTF-16/UTF-8/UTF-32 positions, line splicing under random edits (\\n, \\r\\n, \\r,
+astral characters), and the incrementally re-parsed tree against a fresh parse."""
+from __future__ import annotations
+
+import random
+
+import pytest
+from tree_sitter import Parser
+
+from completer.documents import (MAX_PARSE_BYTES, Document, Documents, PositionError, language_for,
+                                 line_starts, ts_language)
+
+
+@pytest.mark.parametrize("encoding,pos", [("utf-16", (1, 3)), ("utf-8", (1, 6)), ("utf-32", (1, 2))])
+def test_positions_by_encoding(encoding, pos):
+    d = Document("u", "ab\né😀x\n", "python", encoding=encoding)
+    off = "ab\né😀".__len__()  # after the emoji
+    assert d.offset_at(*pos) == off
+    assert d.position_at(off) == pos
+
+
+def test_position_edge_cases():
+    d = Document("u", "a😀b\r\ncd\rlast", None)
+    assert d.line_count() == 3 and d.line_text(0) == "a😀b"
+    assert d.offset_at(0, 2) == 1  # inside the surrogate pair: never split a character
+    assert d.offset_at(0, 99) == 3  # past the line end means the line end (spec)
+    assert d.offset_at(2, 4) == len(d.text)
+    assert d.offset_at(7, 0) == len(d.text)  # lenient for edits…
+    with pytest.raises(PositionError):
+        d.offset_at(7, 0, strict=True)  # …strict for requests
+
+
+@pytest.mark.parametrize("lang_id,path,want", [
+    ("python", None, "python"), ("typescriptreact", None, "tsx"), ("plaintext", "a.rs", "rust"),
+    (None, "file:///x/y.go", "go"), ("cobol", "a.cbl", None), (None, None, None)])
+def test_language_for(lang_id, path, want):
+    assert language_for(lang_id, path) == want
+
+
+def test_random_edits_keep_lines_and_tree():
+    rng = random.Random(7)
+    pieces = ["x", "foo", "(", ")", ":", "\n", "\r\n", "\r", "    ", "=", "é", "😀", '"', "return ", "[1, 2]"]
+    d = Document("u", "def f(x):\n    return x\n", "python")
+    parser = Parser(ts_language("python"))
+    for k in range(600):
+        n = len(d.text)
+        s = rng.randint(0, n)
+        e = min(n, s + rng.choice([0, 0, 1, 3]))
+        new = "".join(rng.choice(pieces) for _ in range(rng.choice([0, 1, 1, 2])))
+        if n > 500:
+            e, new = min(n, s + 30), ""
+        old_tree = d.snapshot().tree
+        d.apply(s, e, new)
+        assert d.lines == line_starts(d.text), k
+        if k % 100 == 0:
+            fresh = parser.parse(d.text.encode("utf-8", "surrogatepass"))
+            assert str(d.tree.root_node) == str(fresh.root_node), k
+            assert old_tree is not d.tree  # a snapshot's tree is never edited in place
+
+
+def test_plain_binary_and_huge_are_not_parsed():
+    docs = Documents()
+    assert docs.open("a", "hello", "plaintext").tree is None
+    assert docs.open("b", "x = 1\x00", "python").tree is None
+    big = docs.open("c", "x" * (MAX_PARSE_BYTES + 1), "python")
+    assert big.tree is None
+    big.apply(0, MAX_PARSE_BYTES, "")  # small again: parsed from then on
+    assert big.tree is not None and big.snapshot().language == "python"
+    docs.close("a")
+    assert docs.get("a") is None and len(docs) == 2
+
+
+def test_lone_surrogates_survive():
+    d = Document("u", "x = '\ud800'\n", "python")
+    d.apply(0, 1, "y")
+    assert d.text.startswith("y = ") and d.tree is not None

@@ -1,0 +1,97 @@
+"""The pipeline against a scripted engine (no model): what it sends, what it keeps."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from completer.documents import PositionError
+from completer.pipeline import CompletionOptions, EngineClient, complete_at, warmup_at
+from completer.documents import parse_snapshot
+
+
+class Scripted:
+    """An EngineClient that replays a canned completion through the caller's stop_text."""
+
+    def __init__(self, reply: str, budget: int = 200):
+        self.reply, self.budget, self.calls, self.warm = reply, budget, [], []
+
+    def count_tokens(self, text: str) -> int:
+        return (len(text) + 3) // 4
+
+    def prompt_budget(self, max_new=None) -> int:
+        return self.budget
+
+    def warmup(self, prefix, suffix="", *, doc_key):
+        self.warm.append((prefix, suffix, doc_key))
+        return self.count_tokens(prefix + suffix)
+
+    def complete(self, prefix, suffix, *, doc_key, max_new=None, stop_text=None, cancel=None, on_text=None):
+        self.calls.append({"prefix": prefix, "suffix": suffix, "doc_key": doc_key, "max_new": max_new,
+                           "cancel": cancel})
+        text = ""
+        for ch in self.reply:  # one "token" per character, like a decode loop
+            text += ch
+            if on_text:
+                on_text(ch)
+            if stop_text is not None and (k := stop_text(text)) is not None:
+                text = text[:k]
+                break
+        return _Done(text)
+
+
+class _Done:
+    def __init__(self, text):
+        self.text = text
+
+    def to_json(self):
+        return {"text": self.text, "ttft_ms": 1.0, "total_ms": 2.0, "prompt_tokens": 10}
+
+
+SRC = "import os\n\n\ndef area(w, h):\n    \n\n\ndef main():\n    pass\n"
+
+
+def test_multi_line_completion_is_stopped_and_cleaned():
+    eng = Scripted("return w * h\n\n\ndef main():\n    pass\n")
+    assert isinstance(eng, EngineClient)
+    seen = []
+    cancel = threading.Event()
+    r = complete_at(eng, SRC, (4, 4), language="python", doc_key="doc", cancel=cancel, on_text=seen.append,
+                    options=CompletionOptions(max_new_tokens=32))
+    assert r.text == "return w * h"
+    call = eng.calls[0]
+    assert call["prefix"].endswith("def area(w, h):\n    ") and call["suffix"].startswith("\n\n\ndef main")
+    assert call["doc_key"] == "doc" and call["max_new"] == 32 and call["cancel"] is cancel
+    assert "".join(seen).startswith("return w * h\n")  # streamed raw, before post-processing
+    s = r.stats
+    assert s["gate"] == "multi_line" and s["prompt_tokens"] <= eng.budget - 3
+    for key in ("syntax_ms", "engine_ttft_ms", "engine_total_ms", "postprocess_ms", "tokens_saved"):
+        assert key in s
+    assert r.to_json()["text"] == r.text
+
+
+def test_single_line_overlap_and_gate():
+    eng = Scripted("w, h)\nmore")
+    src = "def f(w, h):\n    return area()\n"
+    r = complete_at(eng, src, src.index("area(") + 5, language="python")
+    assert r.text == "w, h"
+    r = complete_at(eng, "# a comm", 8, language="python")
+    assert r.text == "" and r.stats["gate"] == "empty" and len(eng.calls) == 1  # the engine was not asked
+
+
+def test_parse_errors_are_trimmed():
+    eng = Scripted("return (w *\n")
+    r = complete_at(eng, SRC, (4, 4), language="python")
+    assert r.stats["parse_errors_after"] <= r.stats["parse_errors_before"]
+    assert "(" not in r.text
+
+
+def test_positions_and_warmup():
+    eng = Scripted("x")
+    with pytest.raises(PositionError):
+        complete_at(eng, SRC, (99, 0), language="python")
+    with pytest.raises(PositionError):
+        complete_at(eng, SRC, len(SRC) + 1, language="python")
+    assert warmup_at(eng, parse_snapshot(SRC, "python"), SRC.index("    \n") + 4, doc_key="d") > 0
+    assert eng.warm[0][2] == "d" and eng.warm[0][0].endswith("def area(w, h):\n    ")
+    assert complete_at(eng, "plain words ", 12).stats["language"] == "plaintext"
