@@ -20,11 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from completer.documents import parse_snapshot  # noqa: E402
-from completer.pipeline import CompletionOptions, complete_at, make_engine  # noqa: E402
-from completer.syntax import SyntaxOptions  # noqa: E402
-from completer.syntax.postprocess import error_count  # noqa: E402
-from draft_models.data import corpus_files, read_source  # noqa: E402
+from completer.documents import parse_snapshot
+from completer.pipeline import CompletionOptions, complete_at, make_engine
+from completer.syntax import SyntaxOptions
+from completer.syntax.postprocess import error_count
+from draft_models.data import corpus_files, read_source
 
 OUT = Path(__file__).resolve().parent / "out"
 BLOCKS = ("function_definition", "if_statement", "for_statement", "while_statement", "with_statement",
@@ -149,7 +149,7 @@ def summarize(rows: list[dict], kind: str) -> dict:
     for variant in ("raw", "syntax"):
         v = [r[variant] for r in sel]
         nonempty = [x for x in v if not x["empty"]]
-        pct = lambda xs, k: round(100 * sum(x[k] for x in xs) / len(xs), 1) if xs else 0.0  # noqa: E731
+        pct = lambda xs, k: round(100 * sum(x[k] for x in xs) / len(xs), 1) if xs else 0.0
         out[variant] = {
             "holes": len(v), "exact_%": pct(v, "exact"),
             "similarity": round(statistics.fmean(x["similarity"] for x in v), 3) if v else 0.0,

@@ -12,7 +12,7 @@ import bisect
 import re
 import threading
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cache, cached_property
 from pathlib import Path
 
 from tree_sitter import Language, Parser, Point, Tree
@@ -47,7 +47,7 @@ def language_for(language_id: str | None = None, path: str | None = None) -> str
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def ts_language(name: str) -> Language:
     if name == "python":
         import tree_sitter_python as m

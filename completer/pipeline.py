@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from .documents import PositionError, Snapshot, language_for, parse_snapshot
 from .syntax import Mode, SyntaxOptions, gate, make_stop, postprocess, select_context

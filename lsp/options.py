@@ -3,8 +3,9 @@ CLI flag names (dashes → underscores) for the engine and LSP-only ones after t
 or unknown option keeps its default and produces a warning for window/showMessage."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Any, Callable
+from typing import Any
 
 from completer.pipeline import CompletionOptions
 from completer.syntax import SyntaxOptions

@@ -14,13 +14,18 @@ import threading
 from typing import Any
 
 from lsprotocol import types as t
-from pygls.exceptions import (JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest,
-                              JsonRpcParseError, JsonRpcServerNotInitialized)
+from pygls.exceptions import (
+    JsonRpcException,
+    JsonRpcInvalidParams,
+    JsonRpcInvalidRequest,
+    JsonRpcParseError,
+    JsonRpcServerNotInitialized,
+)
 from pygls.io_ import StdinAsyncReader, StdoutWriter
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
 
-from .options import ServerOptions, parse_options
+from .options import parse_options
 from .service import Edit, Service
 
 log = logging.getLogger("completer.lsp")

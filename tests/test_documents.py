@@ -7,8 +7,15 @@ import random
 import pytest
 from tree_sitter import Parser
 
-from completer.documents import (MAX_PARSE_BYTES, Document, Documents, PositionError, language_for,
-                                 line_starts, ts_language)
+from completer.documents import (
+    MAX_PARSE_BYTES,
+    Document,
+    Documents,
+    PositionError,
+    language_for,
+    line_starts,
+    ts_language,
+)
 
 
 @pytest.mark.parametrize("encoding,pos", [("utf-16", (1, 3)), ("utf-8", (1, 6)), ("utf-32", (1, 2))])

@@ -129,7 +129,7 @@ def test_fuzz_real_server(tiny_pair):
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     reader = Reader(proc.stdout)
     reader.start()
-    send = lambda b: (proc.stdin.write(b), proc.stdin.flush())  # noqa: E731
+    send = lambda b: (proc.stdin.write(b), proc.stdin.flush())
     try:
         # before initialize: requests get ServerNotInitialized, notifications are dropped
         send(msg(id="early", method="completer/stats"))

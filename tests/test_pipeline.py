@@ -5,9 +5,8 @@ import threading
 
 import pytest
 
-from completer.documents import PositionError
+from completer.documents import PositionError, parse_snapshot
 from completer.pipeline import CompletionOptions, EngineClient, complete_at, warmup_at
-from completer.documents import parse_snapshot
 
 
 class Scripted:

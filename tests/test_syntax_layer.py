@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from completer.documents import parse_snapshot
-from completer.syntax import Mode, SyntaxOptions, detect_triggers, gate, make_stop, postprocess, select_context
+from completer.syntax import (
+    Mode,
+    SyntaxOptions,
+    detect_triggers,
+    gate,
+    make_stop,
+    postprocess,
+    select_context,
+)
 
 CUR = "‸"
 
@@ -202,7 +210,7 @@ def test_context_window_start_is_stable_while_typing():
     src = PY_FILE.format(body=body)
     starts = set()
     for typed in ["", "s", "se", "sel", "self", "self.", "self.lo", "self.load("]:
-        ctx, spans = _spans(src.replace(CUR, typed + CUR), 300)
+        ctx, _ = _spans(src.replace(CUR, typed + CUR), 300)
         starts.add(ctx.prefix[:200])
     assert len(starts) == 1
 

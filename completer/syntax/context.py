@@ -8,13 +8,13 @@ start, the window start moves on a grid of lines, so while the user types only t
 the prompt change."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from tree_sitter import Node
 
 from ..documents import Snapshot, line_starts
-from .lang import captures, node_at, spec
+from .lang import captures, spec
 from .options import SyntaxOptions
 
 # Characters per token never exceed this for the tokenizers we meet (code averages 3–4): it
@@ -89,7 +89,7 @@ def select_context(snap: Snapshot, offset: int, count_tokens: Callable[[str], in
     room = budget - s_tok
     head = count_tokens(text[starts[cur]:offset]) if cur >= 0 else 0  # the cursor line so far
 
-    win = lambda r: _window_start(snap, offset, starts, cur, first_line, lt, head, r, opts)  # noqa: E731
+    win = lambda r: _window_start(snap, offset, starts, cur, first_line, lt, head, r, opts)
     w_start, header_items = win(room), []
     if w_start > 0 and snap.tree is not None:
         # Reserve the header's share, see what falls outside, then give back what it left over:

@@ -4,7 +4,7 @@ line comments, quotes)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from tree_sitter import Node, Query, QueryCursor
@@ -28,8 +28,7 @@ class LangSpec:
 SPECS = {
     "python": LangSpec(openers=":", indent_blocks=True, line_comment="#", quotes="\"'",
                        elided_body="\n{indent}    ...",
-                       header_keywords=frozenset("def class if elif else for while try except "
-                                                 "finally with async match case".split())),
+                       header_keywords=frozenset(["def", "class", "if", "elif", "else", "for", "while", "try", "except", "finally", "with", "async", "match", "case"])),
     "javascript": LangSpec(), "typescript": LangSpec(), "tsx": LangSpec(),
     "go": LangSpec(quotes="\"'`"), "rust": LangSpec(quotes="\""),
 }
@@ -43,7 +42,7 @@ def spec(language: str | None) -> LangSpec:
     return SPECS.get(language or "", PLAIN)
 
 
-@lru_cache(maxsize=None)
+@cache
 def query(language: str, name: str) -> Query | None:
     path = QUERY_DIR / QUERY_FOLDER.get(language, language) / f"{name}.scm"
     if not path.is_file():

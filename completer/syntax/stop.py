@@ -10,8 +10,8 @@ spent past it:
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..documents import Snapshot
 from .gate import Mode, block_header
