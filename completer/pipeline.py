@@ -124,7 +124,7 @@ def warmup_at(engine: EngineClient, snap: Snapshot, offset: int, *, doc_key: str
     return 0 if ctx is None else engine.warmup(ctx.prefix, ctx.suffix, doc_key=doc_key)
 
 
-ENGINE_OPTION_NAMES = ("target", "draft", "device", "dtype", "quant", "drafter", "draft_len",
+ENGINE_OPTION_NAMES = ("target", "draft", "device", "dtype", "quant", "quant_groups", "drafter", "draft_len",
                        "max_new_tokens", "temperature", "top_p", "kv_budget_mb", "seed")
 
 

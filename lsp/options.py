@@ -18,7 +18,8 @@ class ServerOptions:
     draft: str | None = None          # draft model sharing the target's tokenizer
     device: str = "auto"              # auto | cpu | cuda[:N]
     dtype: str = "auto"               # auto | float32 | bfloat16 | float16
-    quant: str = "none"               # none | int8 | nf4 | mixed
+    quant: str = "none"               # none | int8 | nf4 (bitsandbytes) | fast-int8 | mixed (ours)
+    quant_groups: str = "embed=fp16,attn=int8,mlp=int4,head=int8"  # per-group precision for mixed
     drafter: str = "combined"         # combined | model | ngram | fastpath | none
     draft_len: int = 4                # initial draft length k (adapted per document)
     max_new_tokens: int = 64
@@ -38,7 +39,7 @@ class ServerOptions:
 
     def engine_config(self) -> dict:
         """Keyword arguments for completer.pipeline.make_engine."""
-        keys = ("target", "draft", "device", "dtype", "quant", "drafter", "draft_len",
+        keys = ("target", "draft", "device", "dtype", "quant", "quant_groups", "drafter", "draft_len",
                 "max_new_tokens", "temperature", "top_p", "kv_budget_mb", "seed")
         return {"engine": self.engine, **{k: getattr(self, k) for k in keys}}
 
@@ -50,7 +51,7 @@ class ServerOptions:
 
 
 _CHOICES = {
-    "quant": ("none", "int8", "nf4", "mixed"),
+    "quant": ("none", "int8", "nf4", "fast-int8", "mixed"),
     "drafter": ("combined", "model", "ngram", "fastpath", "none"),
     "dtype": ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16"),
 }

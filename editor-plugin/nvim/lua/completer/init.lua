@@ -18,6 +18,7 @@ local ACCEPT_CMD = 'completer.accepted'
 --- the LSP-only ones) and the Lua type each must have.
 M.option_types = {
   target = 'string', draft = 'string', device = 'string', dtype = 'string', quant = 'string',
+  quant_groups = 'string',
   drafter = 'string', draft_len = 'number', max_new_tokens = 'number', temperature = 'number',
   top_p = 'number', kv_budget_mb = 'number', seed = 'number', engine = 'string',
   debounce_ms = 'number', warmup = 'boolean', multiline = 'boolean', max_lines = 'number',
