@@ -136,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--allow-origin", action="append", default=[],
                    help="browser Origin allowed to connect (repeatable; default: none but localhost pages)")
     s.add_argument("--max-frame-bytes", type=int, default=4 * 2**20)
+    s.add_argument("--max-batch", type=int, default=8,
+                   help="live generations whose forwards step together (1 = serial)")
+    s.add_argument("--batch-wait-ms", type=float, default=2.0,
+                   help="how long a step waits for the other live generations")
     _engine_args(s)
     a = ap.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

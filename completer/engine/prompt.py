@@ -16,6 +16,7 @@ _NAMES = {  # role → spellings used by model families
     "eot": ("<|endoftext|>", "<|fim_pad|>", "<EOT>", "</s>", "<|end_of_text|>", "<|im_end|>"),
 }
 PREFIX_GRID_LINES = 16  # the prefix window starts on a multiple of this line: stable while typing
+TOKEN_GRID = 32         # when even one grid block is too long, drop tokens in steps of this
 
 
 @dataclass(frozen=True)
@@ -89,4 +90,9 @@ def _tail_lines(enc, text: str, budget: int) -> list[int]:
         else:
             lo = mid + 1
     ids = enc(text[offs[starts[lo]]:]) if starts else enc(text)
-    return ids[len(ids) - budget:] if len(ids) > budget else ids
+    if len(ids) <= budget:
+        return ids
+    # Too long even from the nearest grid line: drop whole TOKEN_GRID steps from the front, so
+    # the window start moves once per TOKEN_GRID typed tokens, not on every keystroke.
+    drop = -(-(len(ids) - budget) // TOKEN_GRID) * TOKEN_GRID
+    return ids[drop:]
