@@ -19,7 +19,7 @@ def run(*args: str, timeout: int = 180) -> subprocess.CompletedProcess:
 
 
 def test_embedded_pair_completes_a_real_file():
-    r = run("complete", str(EXAMPLE), "--line", "7", "--col", "4", "--json")
+    r = run("complete", str(ROOT / "examples" / "stack.py"), "--line", "7", "--col", "19", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     for key in ("text", "new_tokens", "target_forwards", "accepted_per_forward", "ttft_ms",
