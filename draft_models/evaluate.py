@@ -121,8 +121,8 @@ def degenerate(ids: list[int], n: int = 6, times: int = 3) -> bool:
 
 
 def cold_start(target: str, draft: str) -> dict:
-    example = Path(__file__).resolve().parent.parent / "examples" / "fib.py"
-    cmd = [sys.executable, "-m", "completer.cli", "complete", str(example), "--line", "3", "--col", "11",
+    example = Path(__file__).resolve().parent.parent / "examples" / "stack.py"
+    cmd = [sys.executable, "-m", "completer.cli", "complete", str(example), "--line", "7", "--col", "19",
            "--target", target, "--draft", draft, "--json"]
     times = []
     for _ in range(3):
@@ -151,14 +151,18 @@ def main(argv: list[str] | None = None) -> int:
     from completer.engine.speculative import generate
     from draft_models.drafters import AdaptiveK, ModelDrafter, Sampling
 
+    from transformers import AutoModelForCausalLM
+
     res: dict = {"target": a.target, "draft": a.draft}
     eng = Engine(EngineConfig(target=a.target, draft=a.draft, drafter="model", max_new_tokens=48))
+    hf_t = AutoModelForCausalLM.from_pretrained(a.target, dtype=torch.float32).eval()
+    hf_d = AutoModelForCausalLM.from_pretrained(a.draft, dtype=torch.float32).eval()
     tok, ctx = eng.tok, eng.ctx
     V = tok.get_vocab_size()
     t0 = time.time()
     held = _tokens(tok, corpus_files(split="heldout"))
     ngram = NgramLM(_tokens(tok, corpus_files(split="train")[: a.max_train_files]), V)
-    res.update(target_metrics(eng.pair.target, tok, held, ngram, ctx, a.windows))
+    res.update(target_metrics(hf_t, tok, held, ngram, ctx, a.windows))
     print(f"target metrics done ({time.time() - t0:.0f}s)", file=sys.stderr)
 
     em = 0
@@ -185,8 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         deg_real += degenerate(real)
         with torch.inference_mode():
             seq = torch.tensor([s[i:i + P + G]])
-            tp = eng.pair.target(input_ids=seq).logits[0].argmax(-1)
-            dp = eng.pair.draft(input_ids=seq).logits[0].argmax(-1)
+            tp = hf_t(input_ids=seq).logits[0].argmax(-1)
+            dp = hf_d(input_ids=seq).logits[0].argmax(-1)
         agree += (tp[P - 1:] == dp[P - 1:]).sum().item()  # host sync: eval only
         total += len(tp[P - 1:])
         for k in (4, 8):
@@ -200,8 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     for k in (4, 8):
         res[f"tau_k{k}"] = float(np.mean(taus[k]))
     res.update(cold_start(a.target, a.draft))
-    res["params_target_M"] = sum(p.numel() for p in eng.pair.target.parameters()) / 1e6
-    res["params_draft_M"] = sum(p.numel() for p in eng.pair.draft.parameters()) / 1e6
+    res["params_target_M"] = sum(p.numel() for p in hf_t.parameters()) / 1e6
+    res["params_draft_M"] = sum(p.numel() for p in hf_d.parameters()) / 1e6
     for k, v in res.items():
         print(f"{k:28s} {v:.4f}" if isinstance(v, float) else f"{k:28s} {v}")
     if a.out:
