@@ -219,6 +219,7 @@ DEFAULT = ROOT / "draft_models" / "default"
                     reason="the embedded default pair (draft_models/default/target) is not built yet")
 async def test_default_pair_completes(client: LanguageClient):
     await _start(client, {"max_new_tokens": 24, "debounce_ms": 0, "device": "cpu"})
-    _open(client, "import os\n\n\ndef read_lines(path):\n    with open(path) as f:\n        ")
-    got = await client.text_document_inline_completion_async(_inline(5, 8))
+    # a position where the small embedded pair writes something that parses (examples/stack.py)
+    _open(client, (ROOT / "examples" / "stack.py").read_text())
+    got = await client.text_document_inline_completion_async(_inline(7, 19))
     assert got.items and got.items[0].insert_text.strip()

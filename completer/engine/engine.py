@@ -330,7 +330,7 @@ class Engine:
         def on_tokens(ids_step: list[int]) -> None:
             sent = len(rec.text)
             out_ids.extend(ids_step)
-            text = self.decode(out_ids)
+            text = self.decode(out_ids).rstrip("\ufffd")  # an unfinished UTF-8 char waits
             rec.update(text)
             if on_text is not None and len(text) > sent:
                 on_text(text[sent:])
@@ -340,9 +340,11 @@ class Engine:
         except BaseException:
             rec.update(rec.text, done=True)
             raise
+        # A byte-level token can end mid-character: the editor never gets the U+FFFD it decodes to.
         text = self.decode(ids)
         if cut[0] is not None:
             text = text[: cut[0]]
+        text = text.rstrip("\ufffd")
         rec.update(text, done=True, ok=st.stop_reason not in ("cancelled", "superseded"))
         st.total_ms = (time.perf_counter() - t0) * 1e3
         return Completion(text, ids, st, self.pair.draft is not None or self.cfg.drafter in ("ngram", "fastpath"),

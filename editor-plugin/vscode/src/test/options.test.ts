@@ -21,7 +21,7 @@ test("every server option has exactly one row", () => {
   assert.deepEqual(names, [
     "complete_in_comments", "complete_in_docstrings", "complete_in_strings", "debounce_ms", "device",
     "draft", "draft_len", "drafter", "dtype", "engine", "kv_budget_mb", "max_lines", "max_new_tokens",
-    "multiline", "quant", "seed", "target", "temperature", "top_p", "warmup",
+    "multiline", "quant", "quant_groups", "seed", "target", "temperature", "top_p", "warmup",
   ]);
 });
 
