@@ -110,11 +110,10 @@ def build(preset_name: str, out_dir: Path, run_dir: Path, seed: int = 0,
             shutil.rmtree(d)
         model.to(torch.bfloat16).save_pretrained(str(d), safe_serialization=True)
         save_hf_tokenizer(tok, d, p.ctx)
-    from .fastpath import mine
-    rows = mine(tok, train_files)
-    (out_dir / "fastpath.json").write_text(json.dumps({"min_count": 20, "min_prob": 0.9, "rows": rows},
-                                                      separators=(",", ":")) + "\n")
-    log(f"fast path: {len(rows)} contexts")
+    from .fastpath import mine_tables
+    tables = mine_tables(tok, train_files)
+    (out_dir / "fastpath.json").write_text(json.dumps(tables, separators=(",", ":")) + "\n")
+    log(f"fast path: {len(tables['rows'])} contexts")
     summary = {"preset": preset_name, "seed": seed, "target": tres, "draft": dres,
                "target_shape": asdict(p.target), "draft_shape": asdict(p.draft),
                "target_train": asdict(tt), "draft_train": asdict(dt), "vocab_size": vocab,

@@ -52,23 +52,30 @@ def warp(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
 
 class ModelDrafter:
     """A small causal LM that proposes k tokens autoregressively over its own position-indexed
-    KV cache (`runner`: anything with sync/forward/truncate, see completer.engine.runner)."""
+    KV cache (`runner`: anything with sync/forward/truncate, see completer.engine.runner). A
+    runner with `head_rows` scores only those ids; proposals map back to vocabulary ids and
+    their probabilities are zero elsewhere (rejection sampling stays exact: q is what we drew from)."""
 
     def __init__(self, runner, sampling: Sampling, generator: torch.Generator | None = None):
         self.runner, self.sampling, self.gen = runner, sampling, generator
+        self.rows = getattr(runner, "head_rows", None)
+        self._rows_t = torch.tensor(self.rows) if self.rows is not None else None
 
     def propose(self, seq: list[int], k: int) -> Proposal:
         if k <= 0 or len(seq) + k > self.runner.max_len:
             return EMPTY
-        logits = self.runner.forward(self.runner.sync(seq))[-1]  # [V]
+        logits = self.runner.forward(self.runner.sync(seq))[-1]  # [V] or [len(rows)]
         ids, probs = [], []
         for i in range(k):
             if self.sampling.greedy:
-                t = int(logits.argmax())  # host sync: the next draft forward needs the id
+                j = int(logits.argmax())  # host sync: the next draft forward needs the id
             else:
                 q = warp(logits, self.sampling)
-                t = int(torch.multinomial(q, 1, generator=self.gen))  # host sync, as above
+                j = int(torch.multinomial(q, 1, generator=self.gen))  # host sync, as above
+                if self._rows_t is not None:
+                    q = torch.zeros(self.runner.vocab_size, dtype=q.dtype).index_copy_(0, self._rows_t, q)
                 probs.append(q)
+            t = self.rows[j] if self.rows is not None else j
             ids.append(t)
             if i + 1 < k:
                 logits = self.runner.forward([t])[-1]
@@ -117,10 +124,13 @@ class FastPathDrafter:
     def __init__(self, table: dict[tuple[int, int], int]):
         self.table = table
 
+    @staticmethod
+    def table_of(rows: list) -> dict[tuple[int, int], int]:
+        return {(a, b): c for a, b, c in rows}
+
     @classmethod
     def load(cls, path: Path) -> FastPathDrafter:
-        rows = json.loads(path.read_text())["rows"]
-        return cls({(a, b): c for a, b, c in rows})
+        return cls(cls.table_of(json.loads(path.read_text())["rows"]))
 
     def propose(self, seq: list[int], k: int) -> Proposal:
         ids: list[int] = []

@@ -2,7 +2,9 @@
 
 `python -m draft_models.fastpath --tokenizer DIR_OR_JSON --out FILE` counts token trigrams over the
 training split and keeps contexts seen ≥ `min_count` times whose most frequent continuation
-has probability ≥ `min_prob`. The drafter chains these lookups at zero model cost.
+has probability ≥ `min_prob`. The drafter chains these lookups at zero model cost. It also ranks
+every token by frequency (`frequent`): the engine scores only the head of that list with the
+draft model's LM head.
 """
 from __future__ import annotations
 
@@ -15,9 +17,19 @@ import numpy as np
 from .data import corpus_files, read_source
 
 
-def mine(tok, files: list[Path], min_count: int = 20, min_prob: float = 0.9) -> list[tuple[int, int, int]]:
-    V = tok.get_vocab_size()
+def mine_tables(tok, files: list[Path], min_count: int = 20, min_prob: float = 0.9) -> dict:
+    """fastpath.json's content: the trigram rows, and every token id by corpus frequency
+    (`frequent`, most frequent first: a draft's LM head can be restricted to its head)."""
     seqs = [e.ids for e in tok.encode_batch([read_source(f) for f in files], add_special_tokens=False)]
+    counts = np.zeros(tok.get_vocab_size(), dtype=np.int64)
+    for ids in seqs:
+        counts += np.bincount(np.asarray(ids, dtype=np.int64), minlength=len(counts))
+    return {"min_count": min_count, "min_prob": min_prob, "rows": mine(tok, seqs, min_count, min_prob),
+            "frequent": [int(i) for i in np.argsort(-counts, kind="stable")]}
+
+
+def mine(tok, seqs: list[list[int]], min_count: int = 20, min_prob: float = 0.9) -> list[tuple[int, int, int]]:
+    V = tok.get_vocab_size()
     keys = []
     for ids in seqs:
         a = np.asarray(ids, dtype=np.int64)
@@ -50,10 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     path = a.tokenizer / "tokenizer.json" if a.tokenizer.is_dir() else a.tokenizer
     tok = Tokenizer.from_file(str(path))
-    rows = mine(tok, corpus_files(split="train")[: a.max_files], a.min_count, a.min_prob)
-    a.out.write_text(json.dumps({"min_count": a.min_count, "min_prob": a.min_prob,
-                                 "rows": rows}, separators=(",", ":")) + "\n")
-    print(f"{len(rows)} fast-path contexts → {a.out}")
+    tables = mine_tables(tok, corpus_files(split="train")[: a.max_files], a.min_count, a.min_prob)
+    a.out.write_text(json.dumps(tables, separators=(",", ":")) + "\n")
+    print(f"{len(tables['rows'])} fast-path contexts, {len(tables['frequent'])} ranked tokens → {a.out}")
     return 0
 
 

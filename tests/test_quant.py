@@ -13,7 +13,7 @@ from completer.engine.runner import LlamaRunner, LlamaWeights
 torch.set_num_threads(1)
 
 
-@pytest.mark.parametrize("quant", ["none", "int8", "nf4", "fast-int8", "mixed"])
+@pytest.mark.parametrize("quant", ["none", "fp16", "int8", "nf4", "fast-int8", "mixed"])
 def test_each_mode_loads_and_generates(tiny_pair, quant):
     target, draft = tiny_pair
     eng = Engine(EngineConfig(target=str(target), draft=str(draft), quant=quant, max_new_tokens=6))
@@ -34,6 +34,25 @@ def test_lean_quantization_is_close_and_smaller(spec):
     assert weight_bytes(w) < before / 2.5
     assert (out - ref).abs().max() < 0.1 * ref.abs().max()
     assert (out.argmax(-1) == ref.argmax(-1)).float().mean() > 0.8
+
+
+def test_fp16_weights_are_exact_for_a_16_bit_checkpoint():
+    """fp16 storage of weights that are fp16 values already loses nothing: logits match the
+    fp32 runner to fp32 rounding, for one token and for a 7-token verify."""
+    m = random_llama(64, 2, seed=2, vocab=300, dtype=torch.float32)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(p.half().float())
+    ids = list(range(1, 40))
+    ref = LlamaRunner(LlamaWeights.from_hf(m))
+    w = LlamaWeights.from_hf(m)
+    quantize_weights(w, "embed=fp32,attn=fp16,mlp=fp16,head=fp16")
+    assert weight_bytes(w) < 0.6 * weight_bytes(LlamaWeights.from_hf(m))
+    run = LlamaRunner(w)
+    for feed in (ids[:32], ids[32:33], ids[33:40]):
+        a, b = ref.forward(feed), run.forward(feed)
+        assert (a - b).abs().max() < 1e-4 * a.abs().max()
+        assert torch.equal(a.argmax(-1), b.argmax(-1))
 
 
 def test_bad_modes_and_groups_fail_clearly(tiny_pair):

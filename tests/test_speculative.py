@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import random_llama
 
-from completer.engine.runner import HFRunner, make_runner
+from completer.engine.runner import HFRunner, LlamaWeights, make_runner
 from completer.engine.speculative import generate, verify
 from draft_models.drafters import (
     AdaptiveK,
@@ -79,6 +79,30 @@ def test_greedy_equals_target_greedy(pair, runner):
                     assert st.accepted == 0
 
 
+def restricted(model, rows):
+    """A lean runner whose LM head scores only `rows` (what the engine does to the draft)."""
+    w = LlamaWeights.from_hf(model)
+    w.restrict_head(rows)
+    return make_runner(w)
+
+
+def test_restricted_draft_head_is_lossless():
+    """A draft scoring a subset of the vocabulary proposes only those ids, mapped back to
+    vocabulary ids; greedy output is still exactly the target's."""
+    target = random_llama(64, 2, seed=31)
+    draft = random_llama(32, 1, seed=32)
+    rows = list(range(63, 0, -2))  # odd ids, in an order unlike the vocabulary's
+    rng = random.Random(3)
+    for trial in range(3):
+        prompt = [rng.randrange(1, 64) for _ in range(rng.randint(1, 20))]
+        ref = hf_greedy(target, prompt, 16)
+        for k in (1, 3, 8):
+            d = ModelDrafter(restricted(draft, rows), Sampling())
+            assert set(d.propose(prompt, k).ids) <= set(rows)
+            out, _ = generate(lean(target), prompt, 16, Sampling(), d, AdaptiveK(k, 1, k))
+            assert out == ref, (trial, k)
+
+
 def test_greedy_at_context_limit():
     target = random_llama(32, 1, seed=3, ctx=48)
     draft = random_llama(32, 1, seed=4, ctx=48)
@@ -116,9 +140,11 @@ def test_cancel_stops_between_steps():
     assert st.stop_reason == "cancelled" and len(out) == 1 and seen == out
 
 
-def test_rejection_sampling_keeps_target_distribution():
+@pytest.mark.parametrize("head_rows", [None, [5, 0, 2, 3]])
+def test_rejection_sampling_keeps_target_distribution(head_rows):
     """Chi-square on the first two generated tokens of a 6-token-vocabulary target, with a draft
-    that disagrees on purpose: the joint law must match the target's (exact enumeration)."""
+    that disagrees on purpose (and, second case, can only propose 4 of the 6 tokens): the joint
+    law must match the target's (exact enumeration)."""
     V = 6
     target = random_llama(32, 1, seed=7, vocab=V, heads=2, kv_heads=2)
     draft = random_llama(32, 1, seed=8, vocab=V, heads=2, kv_heads=2)
@@ -134,8 +160,9 @@ def test_rejection_sampling_keeps_target_distribution():
     counts = torch.zeros(V, V)
     n = 4000
     for _ in range(n):
+        dr = lean(draft) if head_rows is None else restricted(draft, head_rows)
         out, _ = generate(lean(target), prompt, 2, s,
-                          ModelDrafter(lean(draft), s, gen), AdaptiveK(3, 3, 3), gen=gen)
+                          ModelDrafter(dr, s, gen), AdaptiveK(3, 3, 3), gen=gen)
         counts[out[0], out[1]] += 1
     e = exp.flatten() * n
     keep = e >= 5  # chi-square validity: expected counts ≥ 5

@@ -1,8 +1,8 @@
 """Batched steps over batch-1 runners: forward calls that several generation threads make at the
 same time are collected by `StepBatcher` and run as one step.
 
-For `LlamaRunner`s sharing weights, `batched_forward` concatenates the requests' new tokens so the
-linear layers run once on [ΣT, D] (the weight read is paid once per step instead of once per
+For `LlamaRunner`s sharing weights, `forward_many` (runner.py) concatenates the requests' new tokens
+so the linear layers run once on [ΣT, D] (the weight read is paid once per step instead of once per
 request), while rotary embedding, the K/V write and attention stay per sequence over each runner's
 own cache. Other runners (HF, quantized) are stepped one after another inside the same step.
 """
@@ -12,57 +12,10 @@ import threading
 import time
 
 import torch
-import torch.nn.functional as F
 
-from .runner import LlamaRunner, _rotate_half
+from .runner import LlamaRunner, forward_many
 
-
-@torch.inference_mode()
-def batched_forward(runners: list[LlamaRunner], feeds: list[list[int]]) -> list[torch.Tensor]:
-    """Append feeds[i] to runners[i] (all sharing one model's weights); return each one's
-    logits [T_i, V] (at least float32), as `runner.forward` would."""
-    r0 = runners[0]
-    H, Hkv, hd = r0.n_heads, r0.n_kv, r0.hd
-    T = [len(f) for f in feeds]
-    P = [len(r.ids) for r in runners]
-    for p, t, r in zip(P, T, runners):
-        if p + t > r.max_len:
-            raise ValueError(f"context of {p + t} tokens exceeds the model's {r.max_len}")
-    offs = [0]
-    for t in T:
-        offs.append(offs[-1] + t)
-    S = offs[-1]
-    dev = r0.device
-    x = r0.embed[torch.tensor([i for f in feeds for i in f], device=dev)].to(r0.dtype)  # [ΣT, D]
-    pos = torch.cat([torch.arange(p, p + t) for p, t in zip(P, T)]).to(dev)  # [ΣT]
-    cos, sin = r0.cos[pos], r0.sin[pos]  # [ΣT, hd]
-    masks = [torch.ones(t, p + t, dtype=torch.bool, device=dev).tril(p) if t > 1 else None
-             for p, t in zip(P, T)]
-    for li, (w_in, wqkv, wo, w_post, wgu, wdown) in enumerate(r0.layers):
-        qkv = r0._rms(x, w_in) @ wqkv.T  # [ΣT, (H+2Hkv)·hd]: one matmul for every request
-        q, k, v = qkv.split([H * hd, Hkv * hd, Hkv * hd], dim=-1)
-        q = q.view(S, H, hd).transpose(0, 1)  # [H, ΣT, hd]
-        k = k.view(S, Hkv, hd).transpose(0, 1)  # [Hkv, ΣT, hd]
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
-        v = v.view(S, Hkv, hd).transpose(0, 1)
-        outs = []
-        for i, r in enumerate(runners):  # attention: each sequence over its own cache
-            a, b, p, t = offs[i], offs[i + 1], P[i], T[i]
-            r.k[li, :, p:p + t] = k[:, a:b]
-            r.v[li, :, p:p + t] = v[:, a:b]
-            outs.append(F.scaled_dot_product_attention(
-                q[:, a:b], r.k[li, :, : p + t], r.v[li, :, : p + t], attn_mask=masks[i],
-                enable_gqa=Hkv != H))  # [H, T_i, hd]
-        o = torch.cat(outs, dim=1)  # [H, ΣT, hd]
-        x = x + o.transpose(0, 1).reshape(S, H * hd) @ wo.T
-        g, u = (r0._rms(x, w_post) @ wgu.T).chunk(2, dim=-1)  # [ΣT, I] each
-        x = x + (F.silu(g) * u) @ wdown.T
-    for r, f in zip(runners, feeds):
-        r.ids.extend(f)
-    logits = r0._rms(x, r0.norm) @ r0.lm_head.T  # [ΣT, V]
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # as runner.forward
-    return [logits[offs[i]:offs[i + 1]] for i in range(len(runners))]
+batched_forward = forward_many  # the lean forward is batched by construction (runner.py)
 
 
 class _Call:
@@ -150,6 +103,7 @@ class Via:
     def __init__(self, runner, batcher: StepBatcher):
         self.runner, self.batcher = runner, batcher
         self.max_len, self.vocab_size = runner.max_len, runner.vocab_size
+        self.head_rows = getattr(runner, "head_rows", None)
 
     @property
     def ids(self) -> list[int]:

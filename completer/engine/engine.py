@@ -9,6 +9,7 @@ request by a prefix of that completion's text is served the rest of it without t
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import OrderedDict
@@ -30,7 +31,7 @@ from draft_models.drafters import (
 from .batch import Via
 from .models import ModelError, Pair, load_pair
 from .prompt import FimFormat, build_prompt
-from .runner import common_prefix_len, make_runner
+from .runner import LlamaWeights, common_prefix_len, make_runner
 from .scheduler import INTERACTIVE, WARMUP, Overloaded, Scheduler, SchedulerConfig
 from .speculative import GenStats, generate
 
@@ -43,11 +44,12 @@ class EngineConfig:
     draft: str | None = None       # must share the target's tokenizer
     device: str = "auto"           # auto | cpu | cuda[:N]
     dtype: str = "auto"            # auto = fp32 on CPU, bf16 on CUDA
-    quant: str = "none"            # none | int8 | nf4 (bitsandbytes) | fast-int8 | mixed (ours; target only)
+    quant: str = "none"            # none | fp16 | int8 | nf4 (bitsandbytes) | fast-int8 | mixed (ours; target only)
     quant_groups: str = "embed=fp16,attn=int8,mlp=int4,head=int8"  # per-group precision for mixed
     drafter: str = "combined"      # combined | model | ngram | fastpath | none
     draft_len: int = 4             # initial k; adapted per document from acceptance
     max_draft_len: int = 8
+    draft_vocab: int = 2048        # the draft scores only the N most frequent tokens (embedded pair; 0 = all)
     max_new_tokens: int = 64
     temperature: float = 0.0       # 0 = greedy (exactly the target's greedy output)
     top_p: float = 1.0
@@ -71,6 +73,8 @@ class EngineConfig:
             raise ModelError("--temperature must be ≥ 0 and --top-p in (0, 1]")
         if self.max_batch < 1 or self.max_queue < 1 or self.warmup_chunk < 1 or self.batch_wait_ms < 0:
             raise ModelError("--max-batch, --max-queue and --warmup-chunk must be ≥ 1, --batch-wait-ms ≥ 0")
+        if self.draft_vocab < 0:
+            raise ModelError("--draft-vocab must be ≥ 0 (0 = the whole vocabulary)")
         if self.kv_budget_mb <= 0:
             raise ModelError("--kv-budget-mb must be > 0")
 
@@ -172,8 +176,13 @@ class Engine:
         self.fim = FimFormat.detect(self.tok)
         self.ctx = min(getattr(self.pair.target.config, "max_position_embeddings", 2048), 4096)
         fp = DEFAULT_DIR / "fastpath.json"
-        self.fastpath = (FastPathDrafter.load(fp) if fp.is_file() and cfg.target is None
-                         and cfg.drafter in ("combined", "fastpath") else None)
+        tables = json.loads(fp.read_text()) if fp.is_file() and cfg.target is None else {}
+        self.fastpath = (FastPathDrafter(FastPathDrafter.table_of(tables["rows"]))
+                         if tables and cfg.drafter in ("combined", "fastpath") else None)
+        frequent = tables.get("frequent")
+        if frequent and 0 < cfg.draft_vocab < len(frequent) and isinstance(self.pair.draft, LlamaWeights) \
+                and self.pair.draft.head_rows is None and isinstance(self.pair.draft.lm_head, torch.Tensor):
+            self.pair.draft.restrict_head(frequent[:cfg.draft_vocab])
         self.sampling = Sampling(cfg.temperature, cfg.top_p)
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.budget = int(cfg.kv_budget_mb * 2**20)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import torch
 
-# int8 / nf4: bitsandbytes (the memory-capacity path, any HF model); fast-int8 / mixed: our
-# quantized lean runner (Llama family), see quant.py.
-QUANT_MODES = ("none", "int8", "nf4", "fast-int8", "mixed")
+# int8 / nf4: bitsandbytes (the memory-capacity path, any HF model); fp16 / fast-int8 / mixed:
+# our lean runner's weights (Llama family), see quant.py.
+QUANT_MODES = ("none", "fp16", "int8", "nf4", "fast-int8", "mixed")
 
 
 class ModelError(Exception):
@@ -73,7 +73,7 @@ def load_tokenizer(name: str):
 
 
 def _quant_config(quant: str, dtype: torch.dtype):
-    if quant in ("none", "fast-int8", "mixed"):
+    if quant in ("none", "fp16", "fast-int8", "mixed"):
         return None
     from transformers import BitsAndBytesConfig
     if quant == "int8":
@@ -91,8 +91,8 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, quant: str =
                lean: bool = True, quant_groups: str | None = None):
     """A plain Llama directory loads straight into shared fused weights (no transformers import:
     seconds off a CPU cold start); anything else goes through AutoModelForCausalLM."""
-    if quant in ("fast-int8", "mixed"):
-        from .quant import DEFAULT_GROUPS, FAST_INT8_GROUPS, quantize_weights
+    if quant in ("fp16", "fast-int8", "mixed"):
+        from .quant import DEFAULT_GROUPS, MODE_GROUPS, quantize_weights
         from .runner import LlamaWeights, lean_supported
         model = load_model(name, device, dtype, "none", True)
         if not isinstance(model, LlamaWeights):
@@ -101,7 +101,7 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, quant: str =
                                  f"{model.config.model_type} (use int8 or nf4)")
             model = LlamaWeights.from_hf(model)
         try:
-            quantize_weights(model, FAST_INT8_GROUPS if quant == "fast-int8" else quant_groups or DEFAULT_GROUPS)
+            quantize_weights(model, MODE_GROUPS.get(quant) or quant_groups or DEFAULT_GROUPS)
         except (ValueError, RuntimeError) as e:
             raise ModelError(f"--quant {quant}: {e}") from None
         return model

@@ -2,7 +2,8 @@
 
 Groups: embed (token embedding), attn (q/k/v/o), mlp (gate/up/down), head (LM head). Precisions:
 - embed: fp32 | bf16 | fp16 — stored at that width, cast to the compute dtype on lookup;
-- attn/mlp/head: none | int8 | int4. int8 = per-channel symmetric; on CPU it runs fbgemm's
+- attn/mlp/head: none | fp16 | int8 | int4. fp16 = half-width storage, fp32 math (exact for
+  16-bit checkpoints, see Fp16Weight); int8 = per-channel symmetric; on CPU it runs fbgemm's
   dynamic-int8 linear (int8 activations × int8 weights), on CUDA the Triton weight-only kernel
   in kernels/quant.py. int4 = group-32 asymmetric, packed two per byte; CUDA: Triton kernel,
   CPU: dequantized per call (memory-lean, slow — no fast int4 GEMV on AVX2).
@@ -10,7 +11,7 @@ Groups: embed (token embedding), attn (q/k/v/o), mlp (gate/up/down), head (LM he
 A quantized weight `w` works wherever the runner writes `x @ w.T`: `w.T` is an object whose
 `__rmatmul__` applies the quantized matmul, so runner code (and the batcher) stays unchanged.
 
-Modes (`--quant`): fast-int8 = attn/mlp/head int8; mixed = `--quant-groups` (default
+Modes (`--quant`): fp16 = attn/mlp/head fp16; fast-int8 = attn/mlp/head int8; mixed = `--quant-groups` (default
 embed=fp16,attn=int8,mlp=int4,head=int8). int8/nf4 are bitsandbytes (see models.py).
 """
 from __future__ import annotations
@@ -20,9 +21,10 @@ import torch
 from kernels import quant as kq
 
 DEFAULT_GROUPS = "embed=fp16,attn=int8,mlp=int4,head=int8"
-FAST_INT8_GROUPS = "embed=fp32,attn=int8,mlp=int8,head=int8"
+MODE_GROUPS = {"fp16": "embed=fp32,attn=fp16,mlp=fp16,head=fp16",
+               "fast-int8": "embed=fp32,attn=int8,mlp=int8,head=int8"}
 _EMBED = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-_LINEAR = ("none", "int8", "int4")
+_LINEAR = ("none", "fp16", "int8", "int4")
 
 
 def parse_groups(spec: str) -> dict[str, str]:
@@ -70,6 +72,31 @@ class Int8Weight:
         return self.shape[0] * self.shape[1] + 4 * self.shape[0]
 
 
+class Fp16Weight:
+    """Half-width storage, fp32 arithmetic. CPU: fbgemm's fp16 GEMM (weights widened in
+    registers, fp32 accumulate), whose cost barely grows from 1 to 8 rows, where MKL's fp32
+    GEMM costs 2-3x more for a 7-token verify than for one token. Exact for weights that came
+    from an fp16 checkpoint; from bf16, values under fp16's normal range (|w| < 6.1e-5) keep
+    fewer bits (logits move by ~1e-6, the size of fp32 summation-order noise)."""
+
+    def __init__(self, w: torch.Tensor):
+        self.shape, self.dtype = w.shape, w.dtype
+        self.T = _T(self)
+        if w.is_cuda:
+            self.w16, self._packed = w.half(), None
+        else:
+            self.w16, self._packed = None, torch.ops.quantized.linear_prepack_fp16(w.float().contiguous(), None)
+
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        if self._packed is None:
+            return (x.half() @ self.w16.T).to(x.dtype)
+        y = torch.ops.quantized.linear_dynamic_fp16(x.float().reshape(-1, x.shape[-1]), self._packed)
+        return y.reshape(*x.shape[:-1], -1).to(x.dtype)
+
+    def nbytes(self) -> int:
+        return 2 * self.shape[0] * self.shape[1]
+
+
 class Int4Weight:
     GROUP = 32
 
@@ -89,9 +116,10 @@ class Int4Weight:
 def _q(w: torch.Tensor, prec: str):
     if prec == "none":
         return w
+    w = w.contiguous()  # dense weights are kept transposed in memory (runner.py); pack row-major
     if prec == "int4" and w.shape[1] % Int4Weight.GROUP:
         raise ValueError(f"int4 needs input widths that are multiples of {Int4Weight.GROUP}; got {w.shape[1]}")
-    return Int8Weight(w) if prec == "int8" else Int4Weight(w)
+    return {"fp16": Fp16Weight, "int8": Int8Weight, "int4": Int4Weight}[prec](w)
 
 
 def quantize_weights(weights, spec: str):
@@ -115,5 +143,5 @@ def weight_bytes(weights) -> int:
         if id(t) in seen:
             continue
         seen.add(id(t))
-        total += t.nbytes() if isinstance(t, (Int8Weight, Int4Weight)) else t.numel() * t.element_size()
+        total += t.nbytes() if isinstance(t, (Fp16Weight, Int8Weight, Int4Weight)) else t.numel() * t.element_size()
     return total

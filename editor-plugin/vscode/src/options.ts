@@ -39,7 +39,7 @@ export const OPTIONS: readonly OptionSpec[] = [
     enum: ["auto", "float32", "bfloat16", "float16"],
     description: "Weights dtype. auto: float32 on CPU, bfloat16 on CUDA." },
   { setting: "quant", option: "quant", type: "string", default: "none",
-    enum: ["none", "int8", "nf4", "fast-int8", "mixed"], description: "Target quantization." },
+    enum: ["none", "fp16", "int8", "nf4", "fast-int8", "mixed"], description: "Target quantization." },
   { setting: "quantGroups", option: "quant_groups", type: "string",
     default: "embed=fp16,attn=int8,mlp=int4,head=int8",
     description: "Per-module-group precision for quant=mixed (embed, attn, mlp, head)." },
