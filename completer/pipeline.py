@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from .documents import PositionError, Snapshot, language_for, parse_snapshot
-from .syntax import Mode, SyntaxOptions, gate, make_stop, postprocess, select_context
+from .syntax import Mode, SyntaxOptions, gate, make_stop, node_kind, postprocess, select_context
 
 FIM_TOKENS = 3  # <fim_suffix>, <fim_middle> and <fim_prefix>/none: the engine's build_prompt keeps 3
 
@@ -23,7 +23,7 @@ class EngineClient(Protocol):
     def complete(self, prefix: str, suffix: str, *, doc_key: str, max_new: int | None = None,
                  stop_text: Callable[[str], int | None] | None = None,
                  cancel: threading.Event | None = None,
-                 on_text: Callable[[str], None] | None = None) -> object: ...
+                 on_text: Callable[[str], None] | None = None, node_kind: str | None = None) -> object: ...
 
     def warmup(self, prefix: str, suffix: str = "", *, doc_key: str) -> int: ...
 
@@ -87,15 +87,16 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
     snap = _snapshot(text, language)
     offset = resolve_offset(snap, position)
     decision, ctx = prompt_for(engine, snap, offset, options)
-    stats: dict = {"gate": decision.mode.value, "gate_reason": decision.reason,
+    stats: dict = {"gate": decision.mode.value, "gate_reason": decision.reason, "node_kind": None,
                    "language": snap.language or "plaintext"}
     if ctx is None:
         stats["syntax_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
         return Result("", stats)
     stop = make_stop(snap, offset, decision.mode, options.syntax)
     t1 = time.perf_counter()
+    kind = node_kind(snap, offset)  # the engine adapts its draft length per kind of node
     comp = engine.complete(ctx.prefix, ctx.suffix, doc_key=doc_key, max_new=options.max_new_tokens,
-                           stop_text=stop, cancel=cancel, on_text=on_text)
+                           stop_text=stop, cancel=cancel, on_text=on_text, node_kind=kind)
     t2 = time.perf_counter()
     raw = comp.text
     cut = stop(raw)  # generation may have ended by EOS or length before the stop fired
@@ -104,7 +105,7 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
     t3 = time.perf_counter()
     ej = comp.to_json()
     stats.update({
-        "prompt_tokens": ctx.tokens, "raw_prompt_tokens": ctx.raw_tokens, "tokens_saved": ctx.saved,
+        "node_kind": kind, "prompt_tokens": ctx.tokens, "raw_prompt_tokens": ctx.raw_tokens, "tokens_saved": ctx.saved,
         "spans": [(s.kind, s.start, s.end) for s in ctx.spans],
         "raw_text": raw, "postprocess": post.reason, "parse_errors_before": post.errors_before,
         "parse_errors_after": post.errors_after,

@@ -122,7 +122,8 @@ class RemoteEngine:
     def complete(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
                  max_new: int | None = None, stop_text: Callable[[str], int | None] | None = None,
                  cancel: threading.Event | None = None,
-                 on_text: Callable[[str], None] | None = None, language: str | None = None) -> RemoteCompletion:
+                 on_text: Callable[[str], None] | None = None, language: str | None = None,
+                 node_kind: str | None = None) -> RemoteCompletion:
         """As Engine.complete. `cancel` sends a cancel frame; `stop_text` is applied here to the
         streamed text (a cut cancels the rest on the server)."""
         rid = next(self._ids)
@@ -134,6 +135,8 @@ class RemoteEngine:
             frame["max_new_tokens"] = max_new
         if language is not None:
             frame["language"] = language
+        if node_kind is not None:
+            frame["node_kind"] = node_kind
         text, cut, cancelled = "", None, False
         try:
             self._send(frame)

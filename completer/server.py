@@ -312,6 +312,7 @@ class Service:
         language = _field(msg, "language", str, required=False)
         max_new = _field(msg, "max_new_tokens", int, required=False)
         stream = _field(msg, "stream", bool, required=False, default=True)
+        kind = _field(msg, "node_kind", str, required=False)
         if not self.ready:
             return _error(id_, "not_ready", "models are still loading; retry when /health says ready")
         if max_new is not None and not 1 <= max_new <= self.engine.ctx // 2:
@@ -323,10 +324,11 @@ class Service:
         cancel = threading.Event()
         conn.inflight[id_] = cancel
         asyncio.get_running_loop().create_task(self._run_complete(
-            conn, id_, self._doc_key(conn, doc), prefix, suffix, language, max_new, stream, cancel))
+            conn, id_, self._doc_key(conn, doc), prefix, suffix, language, max_new, stream, cancel, kind))
         return None
 
-    async def _run_complete(self, conn, id_, doc_key, prefix, suffix, language, max_new, stream, cancel):
+    async def _run_complete(self, conn, id_, doc_key, prefix, suffix, language, max_new, stream, cancel,
+                            kind=None):
         loop = asyncio.get_running_loop()
         deltas: asyncio.Queue = asyncio.Queue()
         done = object()
@@ -339,7 +341,7 @@ class Service:
                 if cancel.is_set():
                     return None
                 return _run_engine(self.engine, prefix, suffix, language, doc_key, max_new, cancel,
-                                   on_text if stream else None)
+                                   on_text if stream else None, kind)
             finally:
                 loop.call_soon_threadsafe(deltas.put_nowait, done)
 
@@ -402,7 +404,7 @@ class Service:
             self.metrics.accepted_chars.inc(chars)
 
 
-def _run_engine(engine, prefix, suffix, language, doc_key, max_new, cancel, on_text):
+def _run_engine(engine, prefix, suffix, language, doc_key, max_new, cancel, on_text, kind=None):
     """The syntax-aware pipeline when a language is given and completer.pipeline exists, else
     the plain engine."""
     if language:
@@ -418,7 +420,8 @@ def _run_engine(engine, prefix, suffix, language, doc_key, max_new, cancel, on_t
             if max_new is not None and "options" in params:
                 kw["options"] = pipeline.CompletionOptions(max_new_tokens=max_new)
             return fn(engine, prefix + suffix, len(prefix), language=language, doc_key=doc_key, **kw)
-    return engine.complete(prefix, suffix, doc_key=doc_key, max_new=max_new, cancel=cancel, on_text=on_text)
+    return engine.complete(prefix, suffix, doc_key=doc_key, max_new=max_new, cancel=cancel, on_text=on_text,
+                           node_kind=kind)
 
 
 def _result_fields(c) -> tuple[str, dict]:

@@ -143,3 +143,16 @@ def test_warmup_prefills_what_the_request_reuses(tok):
     c = e.complete(prefix + "u", suffix, doc_key="w")
     assert c.stats.prefill_tokens <= 3  # only the typed character's tokens
     assert c.token_ids == fresh.complete(prefix + "u", suffix, doc_key="x").token_ids
+
+
+def test_draft_length_adapts_per_syntax_node_kind(tok):
+    """Each kind of node the caller names keeps its own acceptance history; output is unchanged."""
+    e = engine(random_pair(tok, seed=9), max_new_tokens=12)
+    prefix = "def f(a, b):\n    return g(a"
+    plain = e.complete(prefix, doc_key="k").token_ids
+    for kind in ("argument_list", "block", "argument_list"):
+        assert e.complete(prefix, doc_key="k", node_kind=kind).token_ids == plain
+    slot = e.slots["k"]
+    assert list(slot.by_kind) == ["block", "argument_list"]  # most recently used last
+    assert slot.k_for("argument_list") is slot.by_kind["argument_list"]
+    assert slot.k_for(None) is slot.k

@@ -25,9 +25,10 @@ class Scripted:
         self.warm.append((prefix, suffix, doc_key))
         return self.count_tokens(prefix + suffix)
 
-    def complete(self, prefix, suffix, *, doc_key, max_new=None, stop_text=None, cancel=None, on_text=None):
+    def complete(self, prefix, suffix, *, doc_key, max_new=None, stop_text=None, cancel=None, on_text=None,
+                 node_kind=None):
         self.calls.append({"prefix": prefix, "suffix": suffix, "doc_key": doc_key, "max_new": max_new,
-                           "cancel": cancel})
+                           "cancel": cancel, "node_kind": node_kind})
         text = ""
         for ch in self.reply:  # one "token" per character, like a decode loop
             text += ch
@@ -58,6 +59,7 @@ def test_multi_line_completion_is_stopped_and_cleaned():
     r = complete_at(eng, SRC, (4, 4), language="python", doc_key="doc", cancel=cancel, on_text=seen.append,
                     options=CompletionOptions(max_new_tokens=32))
     assert r.text == "return w * h"
+    assert eng.calls[0]["node_kind"] == r.stats["node_kind"] is not None  # keys the engine's draft length
     call = eng.calls[0]
     assert call["prefix"].endswith("def area(w, h):\n    ") and call["suffix"].startswith("\n\n\ndef main")
     assert call["doc_key"] == "doc" and call["max_new"] == 32 and call["cancel"] is cancel

@@ -11,6 +11,7 @@ from completer.syntax import (
     detect_triggers,
     gate,
     make_stop,
+    node_kind,
     postprocess,
     select_context,
 )
@@ -83,6 +84,22 @@ TRIGGERS = [
     ("os.‸", "", []),
     ("x‸", "x" * 300, []),
 ]
+
+
+@pytest.mark.parametrize("src, kind", [
+    ("x = max(w,‸", ","),
+    ("x = max(w, ‸", ","),               # trailing spaces: still after the comma
+    ("def f():\n    return ‸", "return"),
+    ('s = "ab‸c"', "string"),
+    ("import o‸", "dotted_name"),       # a leaf identifier: its named parent
+])
+def test_node_kind(src, kind):
+    off = src.index(CUR)
+    assert node_kind(parse_snapshot(src.replace(CUR, ""), "python"), off) == kind
+
+
+def test_node_kind_without_a_tree():
+    assert node_kind(parse_snapshot("plain words", None), 5) is None
 
 
 @pytest.mark.parametrize("src,inserted,events", TRIGGERS)

@@ -119,8 +119,22 @@ class Slot:
         self.target = make_runner(engine.pair.target, engine.ctx, engine.cfg.lean)  # weights shared
         self.draft = (make_runner(engine.pair.draft, engine.ctx, engine.cfg.lean)
                       if engine.pair.draft is not None else None)
-        self.k = AdaptiveK(engine.cfg.draft_len, 1, engine.cfg.max_draft_len)
+        self.k = AdaptiveK(engine.cfg.draft_len, 1, engine.cfg.max_draft_len)  # the document's
+        self.by_kind: OrderedDict[str, AdaptiveK] = OrderedDict()  # per syntax-node kind (caller's)
         self.ngram = NgramDrafter()
+
+    def k_for(self, kind: str | None) -> AdaptiveK:
+        """The draft-length schedule for a kind of syntax node (argument lists, blocks and strings
+        accept drafts differently); a new kind starts from the document's current length."""
+        if kind is None:
+            return self.k
+        k = self.by_kind.get(kind)
+        if k is None:
+            k = self.by_kind[kind] = AdaptiveK(self.k.k, self.k.k_min, self.k.k_max)
+            while len(self.by_kind) > 64:
+                self.by_kind.popitem(last=False)
+        self.by_kind.move_to_end(kind)
+        return k
 
 
 class Record:
@@ -271,7 +285,8 @@ class Engine:
         return None
 
     def _generate(self, prompt: list[int], doc_key: str, max_new: int | None, drafter: str | None,
-                  stop, cancel, on_tokens, record: Record | None) -> tuple[list[int], GenStats, float]:
+                  stop, cancel, on_tokens, record: Record | None,
+                  node_kind: str | None = None) -> tuple[list[int], GenStats, float]:
         """Run one generation under a scheduler ticket → (ids, stats, ms spent queued)."""
         max_new = max_new or self.cfg.max_new_tokens
         if not prompt:
@@ -286,7 +301,7 @@ class Engine:
                 slot: Slot = t.resource
                 d = self._drafter(slot, drafter or self.cfg.drafter)
                 ids, st = generate(Via(slot.target, self.sched.batcher), prompt, max_new, self.sampling,
-                                   d, slot.k if d is not None else None, self.fim.eos, stop,
+                                   d, slot.k_for(node_kind) if d is not None else None, self.fim.eos, stop,
                                    _StopFlag(t.superseded, cancel, record), on_tokens, self.gen)
         finally:
             self.sched.release(t)
@@ -309,9 +324,10 @@ class Engine:
     def complete(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
                  max_new: int | None = None, stop_text: Callable[[str], int | None] | None = None,
                  cancel: threading.Event | None = None,
-                 on_text: Callable[[str], None] | None = None) -> Completion:
+                 on_text: Callable[[str], None] | None = None, node_kind: str | None = None) -> Completion:
         """Complete at the cursor between `prefix` and `suffix`. `stop_text(text)` returns the
         length to keep once the completion is finished (e.g. its syntax node closed), else None.
+        `node_kind` (the syntax node at the cursor) keys the adaptive draft length.
         `on_text` gets the text as it is verified (deltas; the final text may be shorter)."""
         t0 = time.perf_counter()
         old = self._newer_request(doc_key)
@@ -345,7 +361,8 @@ class Engine:
                 on_text(text[sent:])
 
         try:
-            ids, st, queue_ms = self._generate(prompt, doc_key, max_new, None, stop, cancel, on_tokens, rec)
+            ids, st, queue_ms = self._generate(prompt, doc_key, max_new, None, stop, cancel, on_tokens, rec,
+                                               node_kind)
         except BaseException:
             rec.update(rec.text, done=True)
             raise

@@ -21,7 +21,7 @@ import torch
 from kernels import quant as kq
 
 DEFAULT_GROUPS = "embed=fp16,attn=int8,mlp=int4,head=int8"
-MODE_GROUPS = {"fp16": "embed=fp32,attn=fp16,mlp=fp16,head=fp16",
+MODE_GROUPS = {"fp16": "embed=fp16,attn=fp16,mlp=fp16,head=fp16",
                "fast-int8": "embed=fp32,attn=int8,mlp=int8,head=int8"}
 _EMBED = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _LINEAR = ("none", "fp16", "int8", "int4")

@@ -2,11 +2,11 @@
 post-processing, from tree-sitter trees of `completer.documents`; queries are data in
 `queries/<language>/*.scm`."""
 from .context import Context, Span, select_context
-from .gate import Decision, Mode, gate
+from .gate import Decision, Mode, gate, node_kind
 from .options import SyntaxOptions
 from .postprocess import Post, postprocess
 from .stop import make_stop
 from .triggers import detect as detect_triggers
 
 __all__ = ["Context", "Decision", "Mode", "Post", "Span", "SyntaxOptions", "detect_triggers", "gate",
-           "make_stop", "postprocess", "select_context"]
+           "make_stop", "node_kind", "postprocess", "select_context"]

@@ -92,6 +92,22 @@ def _is_block(snap: Snapshot, node) -> bool:
     return any(n.id == node.id for ns in caps.values() for n in ns)
 
 
+def node_kind(snap: Snapshot, offset: int) -> str | None:
+    """What the cursor sits in, for per-kind draft lengths (the engine keeps acceptance history
+    per kind): the keyword or punctuation just typed ("(", ",", "=", "return"), else the smallest
+    named node around the cursor that is neither a leaf (an identifier says little) nor an ERROR
+    (half-typed code is mostly ERROR nodes)."""
+    while offset > 0 and snap.text[offset - 1] in " \t":  # "return |" is still after "return"
+        offset -= 1
+    node = node_at(snap, snap.byte_at(offset))
+    if node is not None and not node.is_named and node.child_count == 0 and node.end_byte == snap.byte_at(offset):
+        return node.type
+    while node is not None and node.parent is not None and (
+            not node.is_named or node.child_count == 0 or node.type == "ERROR"):
+        node = node.parent
+    return None if node is None else node.type
+
+
 def gate(snap: Snapshot, offset: int, opts: SyntaxOptions = SyntaxOptions()) -> Decision:
     text = snap.text
     if is_binary(text):
