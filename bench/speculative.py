@@ -69,7 +69,7 @@ def main() -> int:
     def ours(drafter_kind: str, fixed_k: int | None = None):
         def run(prompt):
             tr = make_runner(eng.pair.target, eng.ctx)
-            dr = make_runner(eng.pair.draft, eng.ctx)
+            dr = make_runner(eng.pair.draft, eng.ctx, draft=True)
             model = ModelDrafter(dr, greedy)
             d = {"none": None, "model": model, "ngram": NgramDrafter(), "fastpath": fast,
                  "combined": CombinedDrafter(model, NgramDrafter(), fast, V)}[drafter_kind]
@@ -175,7 +175,7 @@ def _step_ratio(eng, make_runner, prompt) -> dict:
         return statistics.median(ts) * 1e3
     t1 = timed(make_runner(eng.pair.target, eng.ctx), [5])
     t7 = timed(make_runner(eng.pair.target, eng.ctx), [5] * 7)
-    d1 = timed(make_runner(eng.pair.draft, eng.ctx), [5])
+    d1 = timed(make_runner(eng.pair.draft, eng.ctx, draft=True), [5])
     return {"target_ms": t1, "draft_ms": d1, "c": d1 / t1, "verify7_ratio": t7 / t1}
 
 

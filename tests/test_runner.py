@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import random_llama
 
-from completer.engine.runner import HFRunner, LlamaWeights, common_prefix_len, make_runner
+from completer.engine.runner import HFRunner, LlamaRunner, LlamaWeights, common_prefix_len, make_runner
 
 torch.set_num_threads(1)
 
@@ -54,3 +54,38 @@ def test_sync_keeps_longest_common_prefix():
         b = [rng.randrange(3) for _ in range(rng.randrange(12))]
         n = common_prefix_len(a, b)
         assert a[:n] == b[:n] and (n == min(len(a), len(b)) or a[n] != b[n])
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+def test_numpy_draft_runner_matches_the_lean_runner(kv_heads):
+    """The draft's NumPy runner computes the same forward (float32 rounding), through prefill,
+    single steps, rollbacks and a restricted LM head."""
+    from completer.engine.np_runner import NumpyRunner
+
+    model = random_llama(64, 2, seed=40 + kv_heads, vocab=300, kv_heads=kv_heads, dtype=torch.float32)
+    w = LlamaWeights.from_hf(model)
+    w.restrict_head(list(range(299, 0, -3)))
+    ref, got = LlamaRunner(w), make_runner(w, draft=True)
+    assert isinstance(got, NumpyRunner) and got.head_rows == ref.head_rows
+    ids = torch.randint(0, 300, (60,), generator=torch.Generator().manual_seed(kv_heads)).tolist()
+    for r in (ref, got):
+        r.out = [r.forward(ids[:20]), r.forward(ids[20:21]), r.forward(ids[21:30])]
+        r.truncate(25)
+        r.out.append(r.forward(ids[25:60]))
+    for a, b in zip(ref.out, got.out):
+        assert a.shape == b.shape and a.dtype == b.dtype == torch.float32
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="exceeds"):
+        got.forward(list(range(250)))
+
+
+def test_numpy_runner_only_where_it_applies():
+    from completer.engine.np_runner import NumpyRunner
+    from completer.engine.quant import quantize_weights
+
+    f32 = LlamaWeights.from_hf(random_llama(32, 1, seed=2, dtype=torch.float32))
+    assert isinstance(make_runner(f32, draft=True), NumpyRunner)
+    assert isinstance(make_runner(f32), LlamaRunner)  # targets stay on the torch runner
+    assert isinstance(make_runner(random_llama(32, 1, seed=2), draft=True), LlamaRunner)  # float64
+    quantize_weights(f32, "attn=int8")
+    assert isinstance(make_runner(f32, draft=True), LlamaRunner)

@@ -80,24 +80,25 @@ def test_greedy_equals_target_greedy(pair, runner):
 
 
 def restricted(model, rows):
-    """A lean runner whose LM head scores only `rows` (what the engine does to the draft)."""
+    """A draft runner whose LM head scores only `rows` (what the engine does to the draft); a
+    float32 model gets the engine's NumPy draft runner."""
     w = LlamaWeights.from_hf(model)
     w.restrict_head(rows)
-    return make_runner(w)
+    return make_runner(w, draft=True)
 
 
 def test_restricted_draft_head_is_lossless():
     """A draft scoring a subset of the vocabulary proposes only those ids, mapped back to
     vocabulary ids; greedy output is still exactly the target's."""
     target = random_llama(64, 2, seed=31)
-    draft = random_llama(32, 1, seed=32)
+    drafts = [random_llama(32, 1, seed=32), random_llama(32, 1, seed=32, dtype=torch.float32)]
     rows = list(range(63, 0, -2))  # odd ids, in an order unlike the vocabulary's
     rng = random.Random(3)
-    for trial in range(3):
+    for trial in range(4):
         prompt = [rng.randrange(1, 64) for _ in range(rng.randint(1, 20))]
         ref = hf_greedy(target, prompt, 16)
         for k in (1, 3, 8):
-            d = ModelDrafter(restricted(draft, rows), Sampling())
+            d = ModelDrafter(restricted(drafts[trial % 2], rows), Sampling())
             assert set(d.propose(prompt, k).ids) <= set(rows)
             out, _ = generate(lean(target), prompt, 16, Sampling(), d, AdaptiveK(k, 1, k))
             assert out == ref, (trial, k)
@@ -148,6 +149,7 @@ def test_rejection_sampling_keeps_target_distribution(head_rows):
     V = 6
     target = random_llama(32, 1, seed=7, vocab=V, heads=2, kv_heads=2)
     draft = random_llama(32, 1, seed=8, vocab=V, heads=2, kv_heads=2)
+    draft32 = random_llama(32, 1, seed=8, vocab=V, heads=2, kv_heads=2, dtype=torch.float32)
     s = Sampling(temperature=1.0, top_p=1.0)
     prompt = [1, 2, 3]
     with torch.no_grad():
@@ -160,7 +162,7 @@ def test_rejection_sampling_keeps_target_distribution(head_rows):
     counts = torch.zeros(V, V)
     n = 4000
     for _ in range(n):
-        dr = lean(draft) if head_rows is None else restricted(draft, head_rows)
+        dr = lean(draft) if head_rows is None else restricted(draft32, head_rows)  # NumPy runner
         out, _ = generate(lean(target), prompt, 2, s,
                           ModelDrafter(dr, s, gen), AdaptiveK(3, 3, 3), gen=gen)
         counts[out[0], out[1]] += 1

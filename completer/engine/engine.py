@@ -117,7 +117,7 @@ class Slot:
 
     def __init__(self, engine: Engine):
         self.target = make_runner(engine.pair.target, engine.ctx, engine.cfg.lean)  # weights shared
-        self.draft = (make_runner(engine.pair.draft, engine.ctx, engine.cfg.lean)
+        self.draft = (make_runner(engine.pair.draft, engine.ctx, engine.cfg.lean, draft=True)
                       if engine.pair.draft is not None else None)
         self.k = AdaptiveK(engine.cfg.draft_len, 1, engine.cfg.max_draft_len)  # the document's
         self.by_kind: OrderedDict[str, AdaptiveK] = OrderedDict()  # per syntax-node kind (caller's)
