@@ -2,6 +2,7 @@
 greedy and the Hugging Face peers a Python user could pick instead, same target and prompts.
 
     python bench/speculative.py [--n 16] [--new 48] [--target DIR --draft DIR]
+                                [--quant none|fp16|...] [--draft-vocab N]
 
 Prints a table (median ms/token, tokens/s, ratio to our plain loop and to HF assisted
 generation, τ = tokens per target forward), acceptance by draft position, fast-path share, the
@@ -33,6 +34,9 @@ def main() -> int:
     ap.add_argument("--new", type=int, default=48, help="new tokens per prompt (EOS ignored)")
     ap.add_argument("--k", type=int, default=6, help="fixed draft length for the τ rows")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    ap.add_argument("--quant", default="none", help="our target's weights, for plain and speculative "
+                    "alike (the HF peers run the float32 model)")
+    ap.add_argument("--draft-vocab", type=int, default=2048, help="draft LM head rows (0 = all)")
     ap.add_argument("--no-hf", action="store_true", help="skip the HF generate() peers")
     ap.add_argument("--third-party", default="more-itertools")
     ap.add_argument("--seed", type=int, default=0)
@@ -55,7 +59,8 @@ def main() -> int:
     )
 
     tdir, ddir = a.target or str(DEFAULT_TARGET), a.draft or str(DEFAULT_DRAFT)
-    eng = Engine(EngineConfig(target=tdir, draft=ddir))
+    eng = Engine(EngineConfig(target=None if a.target is None else tdir, draft=None if a.target is None else ddir,
+                              quant=a.quant, draft_vocab=a.draft_vocab))
     hf_t = AutoModelForCausalLM.from_pretrained(tdir, dtype=torch.float32).eval()
     hf_d = AutoModelForCausalLM.from_pretrained(ddir, dtype=torch.float32).eval()
     fp_path = Path(tdir).parent / "fastpath.json"
@@ -125,7 +130,9 @@ def main() -> int:
     base = statistics.median(res["plain (ours)"]["ms_per_token"])
     assisted = statistics.median(res["HF assisted (draft)"]["ms_per_token"]) if not a.no_hf else None
     c = _step_ratio(eng, make_runner, prompts[0])
-    print(f"\n{len(prompts)} held-out FIM prompts, {a.new} new tokens each, greedy; target {tdir}, draft {ddir}")
+    print(f"\n{len(prompts)} held-out FIM prompts, {a.new} new tokens each, greedy; target {tdir} "
+          f"(--quant {a.quant}), draft {ddir} ({type(make_runner(eng.pair.draft, eng.ctx, draft=True)).__name__}, "
+          f"head over {len(eng.pair.draft.head_rows or []) or 'all'} tokens); {torch.get_num_threads()} threads")
     print(f"step-time ratio c = draft/target (1-token cached forward): {c['c']:.3f} "
           f"(target {c['target_ms']:.2f} ms, draft {c['draft_ms']:.2f} ms; "
           f"verify of 7 tokens = {c['verify7_ratio']:.2f}x a 1-token forward)\n")
@@ -156,6 +163,8 @@ def main() -> int:
             print(f"  {name:26s} {row['by_source']}")
     OUT.mkdir(exist_ok=True)
     (OUT / "speculative.json").write_text(json.dumps({"step_ratio": c, "n": len(prompts), "new": a.new,
+                                                      "quant": a.quant, "draft_vocab": a.draft_vocab,
+                                                      "threads": torch.get_num_threads(),
                                                       "methods": table}, indent=2) + "\n")
     _plot(table, OUT / "speculative.png")
     print(f"\nwrote {OUT / 'speculative.json'} and speculative.png")

@@ -9,6 +9,10 @@ decoding only pays off when c is small: the verify step is exact whatever the dr
 the draft may use a different kernel library (its proposals, and their probabilities when
 sampling, are what the verifier sees).
 
+NumPy's OpenBLAS is held to one thread: at these sizes its worker threads only wait on each
+other and on torch's, and while another process holds a core a 2-token forward took 8 ms instead
+of 0.9 (measured with a training job on the second core).
+
 Eligible: CPU, float32, dense weights (`eligible`). Shares `LlamaWeights` (zero-copy views of
 its transposed-contiguous tensors), including the q/k row order that makes RoPE pairs adjacent
 and a restricted LM head (`head_rows`).
@@ -18,7 +22,19 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .runner import LlamaWeights, _Runner
+from .runner import LlamaRunner, LlamaWeights
+
+
+_BLAS_LIMITED = False
+
+
+def _one_blas_thread() -> None:
+    global _BLAS_LIMITED
+    if not _BLAS_LIMITED:
+        from threadpoolctl import ThreadpoolController
+
+        ThreadpoolController().select(internal_api="openblas").limit(limits=1)
+        _BLAS_LIMITED = True
 
 
 def eligible(w) -> bool:
@@ -40,39 +56,29 @@ class _NpWeights:
         self.head = mat(w.lm_head)
         self.layers = [(a.numpy(), mat(qkv), mat(o), b.numpy(), mat(gu), mat(down))
                        for a, qkv, o, b, gu, down in w.layers]
-        self.inv_freq = w.inv_freq.float().numpy()
 
 
-class NumpyRunner(_Runner):
-    """Batch-1 forward over position-indexed NumPy K/V (rollback is a pointer move)."""
+class NumpyRunner(LlamaRunner):
+    """A LlamaRunner whose short forwards (decode steps, catching up on a few accepted tokens)
+    run in NumPy over the same K/V memory; long ones (prompt prefill) stay on torch, whose
+    batched kernels win there."""
+
+    SHORT = 32  # tokens; NumPy (1 thread) ≈ torch at 64 on 2 AVX2 cores; prefill goes to torch
 
     def __init__(self, weights: LlamaWeights, max_len: int | None = None):
         w = weights
         if not eligible(w):
             raise ValueError("NumpyRunner needs dense float32 weights on the CPU")
+        super().__init__(w, max_len)
+        _one_blas_thread()
         cached = getattr(w, "_np", None)
         if cached is None or cached[0] is not w.lm_head:  # (re)built after restrict_head
             cached = w._np = (w.lm_head, _NpWeights(w))
         self.np = cached[1]
-        self.max_len = max_len or w.config.max_position_embeddings
-        self.H, self.Hkv, self.hd, self.eps = w.n_heads, w.n_kv, w.hd, w.eps
-        self.head_rows = w.head_rows
-        self.vocab_size = w.embed.shape[0]
-        fr = np.outer(np.arange(self.max_len, dtype=np.float32), self.np.inv_freq)
-        self.rot = (np.cos(fr) + 1j * np.sin(fr)).astype(np.complex64)[:, None, :]  # [P, 1, hd/2]
-        L = len(self.np.layers)
-        self.k = np.zeros((L, self.Hkv, self.max_len, self.hd), dtype=np.float32)
-        self.v = np.zeros_like(self.k)
-        self.ids: list[int] = []
-
-    def truncate(self, n: int) -> None:
-        del self.ids[n:]
-
-    def kv_bytes(self) -> int:
-        return 2 * self.k[:, :, : len(self.ids)].nbytes
-
-    def reserved_bytes(self) -> int:
-        return 2 * self.k.nbytes
+        self.H = self.n_heads
+        self.Hkv = self.n_kv
+        self.rot_np = self.rot.numpy()[:, None, :]  # [P, 1, hd/2] complex64
+        self.k_np, self.v_np = self.k.numpy()[:, 0], self.v.numpy()[:, 0]  # views [L, Hkv, P, hd]
 
     def _rms(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         if x.shape[0] == 1:  # the decode step: a dot product is 3x cheaper than a reduction
@@ -82,11 +88,13 @@ class NumpyRunner(_Runner):
     def forward(self, new_ids: list[int]) -> torch.Tensor:
         """Append `new_ids`; their logits [T, V] (or over `head_rows`) as a float32 tensor."""
         p, T = len(self.ids), len(new_ids)
+        if T > self.SHORT:
+            return super().forward(new_ids)
         if p + T > self.max_len:
             raise ValueError(f"context of {p + T} tokens exceeds the model's {self.max_len}")
         W, P = self.np, p + T
         x = W.embed[new_ids]  # [T, D]
-        rot = self.rot[p:P]
+        rot = self.rot_np[p:P]
         mask = np.triu(np.full((T, P), -np.inf, dtype=np.float32), p + 1) if T > 1 else None
         with np.errstate(over="ignore"):  # SiLU: exp(-gate) = inf gives its limit, 0
             x = self._layers(x, p, T, mask, rot)
@@ -101,15 +109,15 @@ class NumpyRunner(_Runner):
             qkv = self._rms(x, w_in) @ wqkv  # [T, (H+2Hkv)·hd]
             qk = np.ascontiguousarray(qkv[:, : (H + Hkv) * hd]).reshape(T, H + Hkv, hd)
             qk = (qk.view(np.complex64) * rot).view(np.float32)  # RoPE: adjacent pairs as complex
-            self.k[li, :, p:P] = qk[:, H:].transpose(1, 0, 2)
-            self.v[li, :, p:P] = qkv[:, (H + Hkv) * hd:].reshape(T, Hkv, hd).transpose(1, 0, 2)
+            self.k_np[li, :, p:P] = qk[:, H:].transpose(1, 0, 2)
+            self.v_np[li, :, p:P] = qkv[:, (H + Hkv) * hd:].reshape(T, Hkv, hd).transpose(1, 0, 2)
             q = qk[:, :H].transpose(1, 0, 2).reshape(Hkv, g, T, hd)  # query heads grouped by KV head
-            s = (q @ self.k[li, :, None, :P].swapaxes(-1, -2)) * scale  # [Hkv, g, T, P]
+            s = (q @ self.k_np[li, :, None, :P].swapaxes(-1, -2)) * scale  # [Hkv, g, T, P]
             if mask is not None:
                 s += mask
             s = np.exp(s - s.max(-1, keepdims=True))
             s /= s.sum(-1, keepdims=True)
-            o = (s @ self.v[li, :, None, :P]).reshape(H, T, hd).transpose(1, 0, 2).reshape(T, H * hd)
+            o = (s @ self.v_np[li, :, None, :P]).reshape(H, T, hd).transpose(1, 0, 2).reshape(T, H * hd)
             x = x + o @ wo
             gu = self._rms(x, w_post) @ wgu
             gate, up = np.split(gu, 2, axis=1)
