@@ -149,7 +149,9 @@ def _one_hot(ids: list[int], vocab: int) -> torch.Tensor:
 
 
 class CombinedDrafter:
-    """n-gram when the document repeats itself, else fast-path tokens followed by the model."""
+    """Cheapest first, then the model for the rest of the k tokens: an n-gram match when the
+    document repeats itself (≥ `min_ngram_tokens` of it), then fast-path tokens, then the draft
+    model continuing after them."""
 
     def __init__(self, model: ModelDrafter | None, ngram: NgramDrafter | None,
                  fastpath: FastPathDrafter | None, vocab_size: int, min_ngram_tokens: int = 2):
@@ -157,30 +159,65 @@ class CombinedDrafter:
         self.vocab, self.min_ngram_tokens = vocab_size, min_ngram_tokens
 
     def propose(self, seq: list[int], k: int) -> Proposal:
-        if self.ngram is not None:
-            p = self.ngram.propose(seq, k)
-            if len(p.ids) >= min(k, self.min_ngram_tokens):
-                return p
-        fast = self.fastpath.propose(seq, k) if self.fastpath is not None else EMPTY
-        if self.model is None or len(fast.ids) >= k:
-            return fast
-        rest = self.model.propose(seq + fast.ids, k - len(fast.ids))
-        if not fast.ids:
-            return rest
+        parts: list[Proposal] = []
+        n = 0
+        for d in (self.ngram, self.fastpath, self.model):
+            if d is None or n >= k:
+                continue
+            p = d.propose(seq + [t for q in parts for t in q.ids] if parts else seq, k - n)
+            if d is self.ngram and len(p.ids) < min(k, self.min_ngram_tokens):
+                continue  # a one-token match is a guess
+            if p.ids:
+                parts.append(p)
+                n += len(p.ids)
+        if len(parts) <= 1:
+            return parts[0] if parts else EMPTY
         probs = None
-        if rest.probs is not None:
-            probs = torch.cat([_one_hot(fast.ids, rest.probs.shape[-1]), rest.probs])
-        return Proposal(fast.ids + rest.ids, probs, "fastpath+model")
+        if parts[-1].probs is not None:  # sampling: one-hot rows for the deterministic parts
+            probs = torch.cat([q.probs if q.probs is not None else _one_hot(q.ids, parts[-1].probs.shape[-1])
+                               for q in parts])
+        return Proposal([t for q in parts for t in q.ids], probs, "+".join(q.source for q in parts))
 
 
 class AdaptiveK:
-    """Draft length from acceptance history: grow after a fully accepted draft, shrink after a
-    rejection (the schedule HF assisted generation uses), within [k_min, k_max]."""
+    """Draft length from acceptance history and step costs. Keeps decayed counts, per draft
+    position i, of how often a proposed i-th token was accepted (s_i ≈ P(≥ i accepted); no
+    geometric assumption: acceptance comes in runs, e.g. an n-gram match is right all along or
+    not at all) and picks the k in [k_min, k_max] that maximises expected tokens per unit time:
 
-    def __init__(self, k: int, k_min: int = 1, k_max: int = 8):
+        E[tokens](k) = 1 + s_1 + … + s_k,   cost(k) = 1 + (c + β)·k
+
+    in target-step units: a draft step costs `c`, each extra verified token `beta` (measured by
+    bench/speculative.py). A position with (almost) no recent evidence gets the one before it
+    times 0.85 (a run of accepted tokens tends to go on), so longer drafts get explored once
+    shorter ones keep being accepted."""
+
+    def __init__(self, k: int, k_min: int = 1, k_max: int = 8, c: float = 0.06, beta: float = 0.1,
+                 decay: float = 0.95):
         self.k, self.k_min, self.k_max = k, k_min, k_max
+        self.c, self.beta, self.decay = c, beta, decay
+        self.prop = [0.0] * k_max  # decayed counts per position: proposed, accepted
+        self.acc = [0.0] * k_max
+
+    def fork(self) -> AdaptiveK:
+        """A copy that goes on learning separately (e.g. for one kind of syntax node)."""
+        new = AdaptiveK(self.k, self.k_min, self.k_max, self.c, self.beta, self.decay)
+        new.prop, new.acc = list(self.prop), list(self.acc)
+        return new
+
+    def expected(self, k: int) -> float:
+        total, s = 1.0, 0.8 / 0.85
+        for a, p in zip(self.acc[:k], self.prop[:k]):
+            s = a / p if p >= 0.5 else s * 0.85
+            total += s
+        return total
 
     def update(self, proposed: int, accepted: int) -> None:
         if proposed == 0:
             return
-        self.k = min(self.k_max, self.k + 2) if accepted == proposed else max(self.k_min, self.k - 1)
+        d = self.decay
+        for i in range(min(proposed, self.k_max)):
+            self.prop[i] = d * self.prop[i] + 1
+            self.acc[i] = d * self.acc[i] + (i < accepted)
+        self.k = max(range(self.k_min, self.k_max + 1),
+                     key=lambda k: self.expected(k) / (1 + (self.c + self.beta) * k))

@@ -52,6 +52,9 @@ class Service:
         self.engine_state = "loading"
         try:
             self.engine = make_engine(**self.options.engine_config())
+            warm = getattr(self.engine, "warm_start", None)  # in-process: first-request costs, step costs
+            if warm is not None:
+                warm()
             self.engine_state = "ready"
         except Exception as e:  # a bad model dir, a missing remote module, out of memory...
             log.exception("engine failed to load")

@@ -190,3 +190,21 @@ def test_verify_sampling_accepts_identical_draft():
 def test_top_p_warp_keeps_smallest_head():
     p = warp(torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05])), Sampling(1.0, top_p=0.8))
     assert torch.allclose(p, torch.tensor([0.5, 0.3, 0.0, 0.0]) / 0.8)
+
+
+def test_adaptive_k_follows_acceptance_and_cost():
+    """Drafts that are always accepted grow k to its maximum; drafts rejected at once shrink it
+    to its minimum; a costlier draft (larger c) settles on a shorter k for the same history."""
+    good, bad = AdaptiveK(4, 1, 8), AdaptiveK(4, 1, 8)
+    for _ in range(30):
+        good.update(good.k, good.k)
+        bad.update(bad.k, 0)
+    assert good.k == 8 and bad.k == 1
+    cheap, dear = AdaptiveK(4, 1, 8, c=0.02, beta=0.02), AdaptiveK(4, 1, 8, c=0.5, beta=0.1)
+    for i in range(60):  # runs: half the drafts are right for 6 tokens, the rest for 1
+        for k in (cheap, dear):
+            k.update(8, 6 if i % 2 else 1)
+    assert cheap.k > dear.k
+    fork = cheap.fork()
+    fork.update(8, 0)
+    assert fork.prop != cheap.prop  # learns on its own

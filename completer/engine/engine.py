@@ -119,18 +119,19 @@ class Slot:
         self.target = make_runner(engine.pair.target, engine.ctx, engine.cfg.lean)  # weights shared
         self.draft = (make_runner(engine.pair.draft, engine.ctx, engine.cfg.lean, draft=True)
                       if engine.pair.draft is not None else None)
-        self.k = AdaptiveK(engine.cfg.draft_len, 1, engine.cfg.max_draft_len)  # the document's
+        c, beta = engine.step_costs
+        self.k = AdaptiveK(engine.cfg.draft_len, 1, engine.cfg.max_draft_len, c, beta)  # the document's
         self.by_kind: OrderedDict[str, AdaptiveK] = OrderedDict()  # per syntax-node kind (caller's)
         self.ngram = NgramDrafter()
 
     def k_for(self, kind: str | None) -> AdaptiveK:
         """The draft-length schedule for a kind of syntax node (argument lists, blocks and strings
-        accept drafts differently); a new kind starts from the document's current length."""
+        accept drafts differently); a new kind starts from what the document has learnt."""
         if kind is None:
             return self.k
         k = self.by_kind.get(kind)
         if k is None:
-            k = self.by_kind[kind] = AdaptiveK(self.k.k, self.k.k_min, self.k.k_max)
+            k = self.by_kind[kind] = self.k.fork()
             while len(self.by_kind) > 64:
                 self.by_kind.popitem(last=False)
         self.by_kind.move_to_end(kind)
@@ -206,6 +207,7 @@ class Engine:
         self.records: OrderedDict[str, Record] = OrderedDict()
         self.sched = Scheduler(SchedulerConfig(cfg.max_batch, cfg.batch_wait_ms, cfg.max_queue), self._admit)
         self._stats_lock = threading.Lock()
+        self.step_costs = (0.06, 0.1)  # (c, β) for AdaptiveK until warm_start measures them here
         self.counters = {"requests": 0, "cache_hits": 0, "tokens_reused": 0, "prefill_tokens": 0,
                          "evictions": 0, "warmups": 0, "warmup_tokens": 0, "warmup_preempted": 0,
                          "type_through": 0, "superseded": 0}
@@ -461,15 +463,39 @@ class Engine:
 
     def warm_start(self) -> float:
         """A synthetic request at startup so the first real one does not pay for lazy
-        initialisation (allocator, kernels, tokenizer caches); returns its milliseconds."""
+        initialisation (allocator, kernels, tokenizer caches), then a measurement of this
+        machine's step costs for the adaptive draft length; returns its milliseconds."""
         t0 = time.perf_counter()
         key = "\0startup"
         self.warmup("import os\n\n\ndef main(argv):\n    ", "\n", doc_key=key)
         self.complete("import os\n\n\ndef main(argv):\n    ", "\n", doc_key=key, max_new=4)
         self.close(key)
+        self.step_costs = self.measure_step_costs()
         with self._stats_lock:
             self.counters = {k: 0 for k in self.counters}
         return (time.perf_counter() - t0) * 1e3
+
+    def measure_step_costs(self, reps: int = 5) -> tuple[float, float]:
+        """(c, β) in target-step units: c = one draft step, β = each extra token a verify
+        forward carries (from 1- and 8-token forwards after a 64-token context; medians)."""
+        import statistics
+
+        def timed(runner, feed: list[int]) -> float:
+            runner.forward(list(range(3, 67)))
+            ts = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                runner.forward(feed)
+                ts.append(time.perf_counter() - t0)
+                runner.truncate(64)
+            return statistics.median(ts)
+
+        # at startup (warm_start), before requests: they would share the cores and skew the timing
+        t1 = timed(make_runner(self.pair.target, self.ctx, self.cfg.lean), [5])
+        t8 = timed(make_runner(self.pair.target, self.ctx, self.cfg.lean), [5] * 8)
+        d1 = (timed(make_runner(self.pair.draft, self.ctx, self.cfg.lean, draft=True), [5])
+              if self.pair.draft is not None else 0.0)
+        return min(max(d1 / t1, 0.0), 1.0), min(max((t8 / t1 - 1) / 7, 0.0), 1.0)
 
     def info(self) -> dict:
         waiting, live = self.sched.depth()
@@ -477,6 +503,6 @@ class Engine:
                 "device": str(self.pair.device), "ctx": self.ctx, "fim": self.fim.layout,
                 "config": asdict(self.cfg), "prompt_budget": self.prompt_budget(),
                 "kv_bytes": self.kv_bytes(), "kv_live_bytes": self.kv_live_bytes(),
-                "kv_budget_bytes": self.budget, "slot_bytes": self.slot_bytes, "slots": len(self.slots),
+                "kv_budget_bytes": self.budget, "step_costs": self.step_costs, "slot_bytes": self.slot_bytes, "slots": len(self.slots),
                 "queue_waiting": waiting, "queue_live": live, "batch_steps": self.sched.batcher.steps,
                 "batched_calls": self.sched.batcher.batched_calls, **self.counters}

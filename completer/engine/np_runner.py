@@ -24,7 +24,6 @@ import torch
 
 from .runner import LlamaRunner, LlamaWeights
 
-
 _BLAS_LIMITED = False
 
 
