@@ -71,6 +71,9 @@ def main() -> int:
     greedy = Sampling()
     V = eng.pair.target.embed.shape[0] if hasattr(eng.pair.target, "embed") else hf_t.config.vocab_size
 
+    c = _step_ratio(eng, make_runner, prompts[0])
+    eng.step_costs = costs = eng.measure_step_costs(reps=5)  # what the adaptive k plans with
+
     def ours(drafter_kind: str, fixed_k: int | None = None):
         def run(prompt):
             tr = make_runner(eng.pair.target, eng.ctx)
@@ -78,20 +81,26 @@ def main() -> int:
             model = ModelDrafter(dr, greedy)
             d = {"none": None, "model": model, "ngram": NgramDrafter(), "fastpath": fast,
                  "combined": CombinedDrafter(model, NgramDrafter(), fast, V)}[drafter_kind]
-            k = AdaptiveK(fixed_k, fixed_k, fixed_k) if fixed_k else AdaptiveK(4, 1, 8)
+            k = (AdaptiveK(fixed_k, fixed_k, fixed_k) if fixed_k
+                 else AdaptiveK(4, 1, 8, costs[0], verify=costs[1]))
             ids, st = generate(tr, prompt, a.new, greedy, d, k if d is not None else None)
             return ids, st
         return run
 
     def hf(**kw):
-        def run(prompt):
+        def run(prompt, n=a.new):
             x = torch.tensor([prompt])
             with torch.inference_mode():
-                out = hf_t.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=a.new,
-                                    min_new_tokens=a.new, do_sample=False, eos_token_id=None,
+                out = hf_t.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n,
+                                    min_new_tokens=n, do_sample=False, eos_token_id=None,
                                     pad_token_id=0, **kw)
             return out[0, len(prompt):].tolist(), None
         return run
+
+    def hf_first_token_ms(prompt) -> float:  # HF's prefill + first token, to split off its decode
+        t0 = time.perf_counter()
+        hf()(prompt, 1)
+        return (time.perf_counter() - t0) * 1e3
 
     methods = {"plain (ours)": ours("none")}
     if not a.no_hf:
@@ -100,21 +109,28 @@ def main() -> int:
     methods.update({"ours: model": ours("model"), "ours: ngram": ours("ngram"),
                     "ours: fastpath": ours("fastpath"), "ours: combined": ours("combined"),
                     f"ours: model k={a.k}": ours("model", a.k),
-                    f"ours: combined k={a.k}": ours("combined", a.k)})
+                    f"ours: combined k={a.k}": ours("combined", a.k),
+                    "ours: combined k=8": ours("combined", 8)})
     if fast is None:
         methods.pop("ours: fastpath")
 
     for run in methods.values():  # warm up every path once (allocator, oneDNN kernels)
         run(prompts[0])
-    res = {name: {"ms_per_token": [], "tau": [], "ids": [], "acc_pos": [0] * 16, "prop_pos": [0] * 16,
-                  "by_source": {}} for name in methods}
+    res = {name: {"ms_per_token": [], "decode_ms_per_token": [], "tau": [], "ids": [], "acc_pos": [0] * 16,
+                  "prop_pos": [0] * 16, "by_source": {}} for name in methods}
     for p in prompts:
+        first_ms = None if a.no_hf else hf_first_token_ms(p)
         for name, run in methods.items():  # interleaved: machine noise hits every method alike
             t0 = time.perf_counter()
             ids, st = run(p)
             dt = time.perf_counter() - t0
             r = res[name]
             r["ms_per_token"].append(dt * 1e3 / len(ids))
+            # decode only: after the prompt's prefill and first token (the steady state of an
+            # editor session, where the per-document cache already holds the prompt)
+            ttft = st.ttft_ms if st is not None else first_ms
+            if ttft is not None:
+                r["decode_ms_per_token"].append((dt * 1e3 - ttft) / (len(ids) - 1))
             r["ids"].append(ids)
             if st is not None and st.target_forwards:
                 r["tau"].append(st.accepted_per_forward)
@@ -129,30 +145,39 @@ def main() -> int:
     ref_ids = res["plain (ours)"]["ids"]
     base = statistics.median(res["plain (ours)"]["ms_per_token"])
     assisted = statistics.median(res["HF assisted (draft)"]["ms_per_token"]) if not a.no_hf else None
-    c = _step_ratio(eng, make_runner, prompts[0])
     print(f"\n{len(prompts)} held-out FIM prompts, {a.new} new tokens each, greedy; target {tdir} "
           f"(--quant {a.quant}), draft {ddir} ({type(make_runner(eng.pair.draft, eng.ctx, draft=True)).__name__}, "
           f"head over {len(eng.pair.draft.head_rows or []) or 'all'} tokens); {torch.get_num_threads()} threads")
     print(f"step-time ratio c = draft/target (1-token cached forward): {c['c']:.3f} "
           f"(target {c['target_ms']:.2f} ms, draft {c['draft_ms']:.2f} ms; "
-          f"verify of 7 tokens = {c['verify7_ratio']:.2f}x a 1-token forward)\n")
-    hdr = f"{'method':26s} {'ms/tok p50':>10s} {'tok/s':>7s} {'vs plain':>9s} {'vs HF asst':>10s} {'τ':>5s} {'same ids':>8s}"
+          f"verify of 7 tokens = {c['verify7_ratio']:.2f}x a 1-token forward)")
+    print("verify cost of k drafted tokens (target steps), as the adaptive k sees it: "
+          + " ".join(f"{k}:{v:.2f}" for k, v in enumerate(costs[1])) + "\n")
+    dbase = statistics.median(res["plain (ours)"]["decode_ms_per_token"])
+    dassisted = statistics.median(res["HF assisted (draft)"]["decode_ms_per_token"]) if not a.no_hf else None
+    print("end to end = (prefill + all tokens) / tokens; decode = after the first token (prompt cached)")
+    hdr = (f"{'method':26s} {'ms/tok p50':>10s} {'vs plain':>9s} {'vs HF asst':>10s} {'decode ms/tok':>13s} "
+           f"{'vs plain':>9s} {'vs HF asst':>10s} {'τ':>5s} {'same ids':>8s}")
     print(hdr)
     print("-" * len(hdr))
     table = {}
     for name, r in res.items():
         med = statistics.median(r["ms_per_token"])
+        dmed = statistics.median(r["decode_ms_per_token"]) if r["decode_ms_per_token"] else float("nan")
         same = sum(x == y for x, y in zip(r["ids"], ref_ids))
         tau = statistics.mean(r["tau"]) if r["tau"] else float("nan")
         row = {"ms_per_token_p50": med, "tokens_per_s": 1e3 / med, "vs_plain": base / med,
                "vs_hf_assisted": (assisted / med) if assisted else None, "tau": tau,
+               "decode_ms_per_token_p50": dmed, "decode_vs_plain": dbase / dmed,
+               "decode_vs_hf_assisted": (dassisted / dmed) if dassisted else None,
                "same_ids": f"{same}/{len(ref_ids)}",
                "accept_by_pos": [ac / pr if pr else None for ac, pr in zip(r["acc_pos"], r["prop_pos"])][:8],
                "by_source": r["by_source"]}
         table[name] = row
         vs_a = f"{row['vs_hf_assisted']:.2f}x" if assisted else "-"
-        print(f"{name:26s} {med:10.2f} {1e3 / med:7.1f} {base / med:8.2f}x {vs_a:>10s} "
-              f"{tau:5.2f} {row['same_ids']:>8s}")
+        dvs_a = f"{row['decode_vs_hf_assisted']:.2f}x" if dassisted else "-"
+        print(f"{name:26s} {med:10.2f} {base / med:8.2f}x {vs_a:>10s} {dmed:13.2f} {dbase / dmed:8.2f}x "
+              f"{dvs_a:>10s} {tau:5.2f} {row['same_ids']:>8s}")
     print("\nacceptance by draft position (share of proposals at position i that were accepted):")
     for name, row in table.items():
         if any(x is not None for x in row["accept_by_pos"]):
@@ -162,7 +187,8 @@ def main() -> int:
         if row["by_source"]:
             print(f"  {name:26s} {row['by_source']}")
     OUT.mkdir(exist_ok=True)
-    (OUT / "speculative.json").write_text(json.dumps({"step_ratio": c, "n": len(prompts), "new": a.new,
+    (OUT / "speculative.json").write_text(json.dumps({"step_ratio": c, "verify_costs": costs[1],
+                                                      "n": len(prompts), "new": a.new,
                                                       "quant": a.quant, "draft_vocab": a.draft_vocab,
                                                       "threads": torch.get_num_threads(),
                                                       "methods": table}, indent=2) + "\n")

@@ -18,8 +18,9 @@ def _engine_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--draft", help="draft model sharing the target's tokenizer (default: embedded pair)")
     g.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
     g.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
-    g.add_argument("--quant", default="none",
-                   help="target weights: none | fp16 | int8 | nf4 (bitsandbytes) | fast-int8 | mixed (ours)")
+    g.add_argument("--quant", default="auto",
+                   help="target weights: auto (fp16 storage for a 16-bit checkpoint on CPU, else none) | "
+                        "none | fp16 | int8 | nf4 (bitsandbytes) | fast-int8 | mixed (ours)")
     g.add_argument("--quant-groups", default="embed=fp16,attn=int8,mlp=int4,head=int8",
                    help="per-group precision for --quant mixed (embed, attn, mlp, head)")
     g.add_argument("--drafter", default="combined", help="combined | model | ngram | fastpath | none")

@@ -185,23 +185,25 @@ class AdaptiveK:
     geometric assumption: acceptance comes in runs, e.g. an n-gram match is right all along or
     not at all) and picks the k in [k_min, k_max] that maximises expected tokens per unit time:
 
-        E[tokens](k) = 1 + s_1 + … + s_k,   cost(k) = 1 + (c + β)·k
+        E[tokens](k) = 1 + s_1 + … + s_k,   cost(k) = c·k + verify(k)
 
-    in target-step units: a draft step costs `c`, each extra verified token `beta` (measured by
-    bench/speculative.py). A position with (almost) no recent evidence gets the one before it
+    in target-step units: a draft step costs `c`; verify(k), a target forward over k + 1 tokens,
+    is `verify[k]` when measured (Engine.measure_step_costs: on CPUs it jumps from 1 to 2 tokens
+    and then stays nearly flat, so no linear model fits) else 1 + `beta`·k. A position with (almost) no recent evidence gets the one before it
     times 0.85 (a run of accepted tokens tends to go on), so longer drafts get explored once
     shorter ones keep being accepted."""
 
     def __init__(self, k: int, k_min: int = 1, k_max: int = 8, c: float = 0.06, beta: float = 0.1,
-                 decay: float = 0.95):
+                 decay: float = 0.95, verify: list[float] | None = None):
         self.k, self.k_min, self.k_max = k, k_min, k_max
         self.c, self.beta, self.decay = c, beta, decay
+        self.verify = verify if verify and len(verify) > k_max else [1 + beta * i for i in range(k_max + 1)]
         self.prop = [0.0] * k_max  # decayed counts per position: proposed, accepted
         self.acc = [0.0] * k_max
 
     def fork(self) -> AdaptiveK:
         """A copy that goes on learning separately (e.g. for one kind of syntax node)."""
-        new = AdaptiveK(self.k, self.k_min, self.k_max, self.c, self.beta, self.decay)
+        new = AdaptiveK(self.k, self.k_min, self.k_max, self.c, self.beta, self.decay, self.verify)
         new.prop, new.acc = list(self.prop), list(self.acc)
         return new
 
@@ -220,4 +222,4 @@ class AdaptiveK:
             self.prop[i] = d * self.prop[i] + 1
             self.acc[i] = d * self.acc[i] + (i < accepted)
         self.k = max(range(self.k_min, self.k_max + 1),
-                     key=lambda k: self.expected(k) / (1 + (self.c + self.beta) * k))
+                     key=lambda k: self.expected(k) / (self.c * k + self.verify[k]))

@@ -18,7 +18,7 @@ class ServerOptions:
     draft: str | None = None          # draft model sharing the target's tokenizer
     device: str = "auto"              # auto | cpu | cuda[:N]
     dtype: str = "auto"               # auto | float32 | bfloat16 | float16
-    quant: str = "none"               # none | fp16 | int8 | nf4 (bitsandbytes) | fast-int8 | mixed (ours)
+    quant: str = "auto"               # auto | none | fp16 | int8 | nf4 (bitsandbytes) | fast-int8 | mixed
     quant_groups: str = "embed=fp16,attn=int8,mlp=int4,head=int8"  # per-group precision for mixed
     drafter: str = "combined"         # combined | model | ngram | fastpath | none
     draft_len: int = 4                # initial draft length k (adapted per document)
@@ -51,7 +51,7 @@ class ServerOptions:
 
 
 _CHOICES = {
-    "quant": ("none", "fp16", "int8", "nf4", "fast-int8", "mixed"),
+    "quant": ("auto", "none", "fp16", "int8", "nf4", "fast-int8", "mixed"),
     "drafter": ("combined", "model", "ngram", "fastpath", "none"),
     "dtype": ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16"),
 }

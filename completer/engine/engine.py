@@ -44,7 +44,7 @@ class EngineConfig:
     draft: str | None = None       # must share the target's tokenizer
     device: str = "auto"           # auto | cpu | cuda[:N]
     dtype: str = "auto"            # auto = fp32 on CPU, bf16 on CUDA
-    quant: str = "none"            # none | fp16 | int8 | nf4 (bitsandbytes) | fast-int8 | mixed (ours; target only)
+    quant: str = "auto"            # auto | none | fp16 | int8 | nf4 (bitsandbytes) | fast-int8 | mixed (ours; target only)
     quant_groups: str = "embed=fp16,attn=int8,mlp=int4,head=int8"  # per-group precision for mixed
     drafter: str = "combined"      # combined | model | ngram | fastpath | none
     draft_len: int = 4             # initial k; adapted per document from acceptance
@@ -119,8 +119,9 @@ class Slot:
         self.target = make_runner(engine.pair.target, engine.ctx, engine.cfg.lean)  # weights shared
         self.draft = (make_runner(engine.pair.draft, engine.ctx, engine.cfg.lean, draft=True)
                       if engine.pair.draft is not None else None)
-        c, beta = engine.step_costs
-        self.k = AdaptiveK(engine.cfg.draft_len, 1, engine.cfg.max_draft_len, c, beta)  # the document's
+        c, verify = engine.step_costs
+        self.k = AdaptiveK(engine.cfg.draft_len, 1, engine.cfg.max_draft_len, c,
+                           verify=verify)  # the document's
         self.by_kind: OrderedDict[str, AdaptiveK] = OrderedDict()  # per syntax-node kind (caller's)
         self.ngram = NgramDrafter()
 
@@ -207,7 +208,8 @@ class Engine:
         self.records: OrderedDict[str, Record] = OrderedDict()
         self.sched = Scheduler(SchedulerConfig(cfg.max_batch, cfg.batch_wait_ms, cfg.max_queue), self._admit)
         self._stats_lock = threading.Lock()
-        self.step_costs = (0.06, 0.1)  # (c, β) for AdaptiveK until warm_start measures them here
+        self.step_costs: tuple[float, list[float] | None] = (0.06, None)  # (c, verify costs) for
+        # AdaptiveK: defaults until warm_start measures them on this machine
         self.counters = {"requests": 0, "cache_hits": 0, "tokens_reused": 0, "prefill_tokens": 0,
                          "evictions": 0, "warmups": 0, "warmup_tokens": 0, "warmup_preempted": 0,
                          "type_through": 0, "superseded": 0}
@@ -475,27 +477,31 @@ class Engine:
             self.counters = {k: 0 for k in self.counters}
         return (time.perf_counter() - t0) * 1e3
 
-    def measure_step_costs(self, reps: int = 5) -> tuple[float, float]:
-        """(c, β) in target-step units: c = one draft step, β = each extra token a verify
-        forward carries (from 1- and 8-token forwards after a 64-token context; medians)."""
+    def measure_step_costs(self, reps: int = 3) -> tuple[float, list[float]]:
+        """(c, verify) in target-step units: c = one draft step; verify[k] = a target forward over
+        k + 1 tokens (k = 0..max_draft_len), each after a 64-token context; medians of `reps`."""
         import statistics
 
-        def timed(runner, feed: list[int]) -> float:
-            runner.forward(list(range(3, 67)))
+        def timed(runner, n: int) -> float:
+            if not runner.ids:
+                runner.forward(list(range(3, 67)))
             ts = []
             for _ in range(reps):
                 t0 = time.perf_counter()
-                runner.forward(feed)
+                runner.forward([5] * n)
                 ts.append(time.perf_counter() - t0)
                 runner.truncate(64)
             return statistics.median(ts)
 
         # at startup (warm_start), before requests: they would share the cores and skew the timing
-        t1 = timed(make_runner(self.pair.target, self.ctx, self.cfg.lean), [5])
-        t8 = timed(make_runner(self.pair.target, self.ctx, self.cfg.lean), [5] * 8)
-        d1 = (timed(make_runner(self.pair.draft, self.ctx, self.cfg.lean, draft=True), [5])
+        tr = make_runner(self.pair.target, self.ctx, self.cfg.lean)
+        t = [timed(tr, k + 1) for k in range(self.cfg.max_draft_len + 1)]
+        d1 = (timed(make_runner(self.pair.draft, self.ctx, self.cfg.lean, draft=True), 1)
               if self.pair.draft is not None else 0.0)
-        return min(max(d1 / t1, 0.0), 1.0), min(max((t8 / t1 - 1) / 7, 0.0), 1.0)
+        verify = [max(x / t[0], 1.0) for x in t]
+        for i in range(1, len(verify)):  # a longer verify never costs less (timing noise)
+            verify[i] = max(verify[i], verify[i - 1])
+        return min(d1 / t[0], 1.0), verify
 
     def info(self) -> dict:
         waiting, live = self.sched.depth()

@@ -9,8 +9,11 @@ from pathlib import Path
 import torch
 
 # int8 / nf4: bitsandbytes (the memory-capacity path, any HF model); fp16 / fast-int8 / mixed:
-# our lean runner's weights (Llama family), see quant.py.
-QUANT_MODES = ("none", "fp16", "int8", "nf4", "fast-int8", "mixed")
+# our lean runner's weights (Llama family), see quant.py. auto: fp16 storage where it is
+# lossless in practice and faster (a 16-bit Llama checkpoint computed in fp32 on the CPU: a
+# verify forward over 7 tokens costs ~1.2 single steps instead of ~2.1-2.5 with MKL's fp32
+# GEMM, see bench/speculative.py), else none.
+QUANT_MODES = ("auto", "none", "fp16", "int8", "nf4", "fast-int8", "mixed")
 
 
 class ModelError(Exception):
@@ -73,7 +76,7 @@ def load_tokenizer(name: str):
 
 
 def _quant_config(quant: str, dtype: torch.dtype):
-    if quant in ("none", "fp16", "fast-int8", "mixed"):
+    if quant in ("auto", "none", "fp16", "fast-int8", "mixed"):
         return None
     from transformers import BitsAndBytesConfig
     if quant == "int8":
@@ -91,6 +94,12 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, quant: str =
                lean: bool = True, quant_groups: str | None = None):
     """A plain Llama directory loads straight into shared fused weights (no transformers import:
     seconds off a CPU cold start); anything else goes through AutoModelForCausalLM."""
+    if quant == "auto":
+        model = load_model(name, device, dtype, "none", lean)
+        if _fp16_pays(model, device, dtype):
+            from .quant import MODE_GROUPS, quantize_weights
+            quantize_weights(model, MODE_GROUPS["fp16"])
+        return model
     if quant in ("fp16", "fast-int8", "mixed"):
         from .quant import DEFAULT_GROUPS, MODE_GROUPS, quantize_weights
         from .runner import LlamaWeights, lean_supported
@@ -138,12 +147,25 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, quant: str =
     return model.eval()
 
 
+def _fp16_pays(model, device: torch.device, dtype: torch.dtype) -> bool:
+    """--quant auto: a lean Llama from a bf16/fp16 checkpoint, computed in fp32 on the CPU, whose
+    matrices all fit fp16's range (values from bf16 below fp16's normal range keep fewer bits:
+    their effect on logits is ~1e-6, fp32 summation noise; bench/quant.py measures agreement)."""
+    from .runner import LlamaWeights
+
+    if not (isinstance(model, LlamaWeights) and device.type == "cpu" and dtype == torch.float32
+            and getattr(model, "source_dtype", None) in (torch.bfloat16, torch.float16)):
+        return False
+    mats = [model.lm_head] + [m for layer in model.layers for m in (layer[1], layer[2], layer[4], layer[5])]
+    return all(isinstance(m, torch.Tensor) and float(m.abs().max()) < 65504 for m in mats)
+
+
 def same_vocab(a, b) -> bool:
     return a.get_vocab_size() == b.get_vocab_size() and a.get_vocab() == b.get_vocab()
 
 
 def load_pair(target: str | None = None, draft: str | None = None, *, device: str = "auto",
-              dtype: str = "auto", quant: str = "none", use_draft: bool = True,
+              dtype: str = "auto", quant: str = "auto", use_draft: bool = True,
               lean: bool = True, quant_groups: str | None = None) -> Pair:
     from draft_models import DEFAULT_DRAFT, DEFAULT_TARGET
 

@@ -160,7 +160,9 @@ class LlamaWeights:
         sd: dict[str, torch.Tensor] = {}
         for f in sorted(path.glob("*.safetensors")):
             sd.update(load_file(str(f)))
-        return cls(cfg, lambda n: sd[n].to(device=device, dtype=dtype))
+        w = cls(cfg, lambda n: sd[n].to(device=device, dtype=dtype))
+        w.source_dtype = sd["model.norm.weight"].dtype  # the checkpoint's precision
+        return w
 
     def restrict_head(self, rows: list[int]) -> None:
         """Score only these token ids (a draft's LM head over its most frequent tokens): the
