@@ -75,14 +75,16 @@ def main() -> int:
     eng.step_costs = costs = eng.measure_step_costs(reps=5)  # what the adaptive k plans with
 
     def ours(drafter_kind: str, fixed_k: int | None = None):
+        # adaptive: one schedule for the whole run, as the engine keeps one per document
+        adaptive = AdaptiveK(eng.cfg.draft_len, 1, eng.cfg.max_draft_len, costs[0], verify=costs[1])
+
         def run(prompt):
             tr = make_runner(eng.pair.target, eng.ctx)
             dr = make_runner(eng.pair.draft, eng.ctx, draft=True)
             model = ModelDrafter(dr, greedy)
             d = {"none": None, "model": model, "ngram": NgramDrafter(), "fastpath": fast,
                  "combined": CombinedDrafter(model, NgramDrafter(), fast, V)}[drafter_kind]
-            k = (AdaptiveK(fixed_k, fixed_k, fixed_k) if fixed_k
-                 else AdaptiveK(4, 1, 8, costs[0], verify=costs[1]))
+            k = AdaptiveK(fixed_k, fixed_k, fixed_k) if fixed_k else adaptive
             ids, st = generate(tr, prompt, a.new, greedy, d, k if d is not None else None)
             return ids, st
         return run

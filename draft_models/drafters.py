@@ -218,8 +218,9 @@ class AdaptiveK:
         if proposed == 0:
             return
         d = self.decay
-        for i in range(min(proposed, self.k_max)):
-            self.prop[i] = d * self.prop[i] + 1
-            self.acc[i] = d * self.acc[i] + (i < accepted)
+        for i in range(self.k_max):  # every position's evidence fades, so a k that stopped
+            tried = i < proposed     # being tried is extrapolated again and gets retried
+            self.prop[i] = d * self.prop[i] + tried
+            self.acc[i] = d * self.acc[i] + (tried and i < accepted)
         self.k = max(range(self.k_min, self.k_max + 1),
                      key=lambda k: self.expected(k) / (self.c * k + self.verify[k]))
