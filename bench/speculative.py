@@ -34,7 +34,7 @@ def main() -> int:
     ap.add_argument("--new", type=int, default=48, help="new tokens per prompt (EOS ignored)")
     ap.add_argument("--k", type=int, default=6, help="fixed draft length for the τ rows")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
-    ap.add_argument("--quant", default="none", help="our target's weights, for plain and speculative "
+    ap.add_argument("--quant", default="auto", help="our target's weights, for plain and speculative "
                     "alike (the HF peers run the float32 model)")
     ap.add_argument("--draft-vocab", type=int, default=2048, help="draft LM head rows (0 = all)")
     ap.add_argument("--no-hf", action="store_true", help="skip the HF generate() peers")
