@@ -70,6 +70,9 @@ class Service:
         ev = self.pending.pop(uri, None)
         if ev is not None:
             ev.set()
+        forget = getattr(self.engine, "forget", None)  # in-process engine: free the KV slot
+        if forget is not None:
+            forget(uri)
 
     def change(self, uri: str, version: int, edits: list[Edit]) -> None:
         doc = self.docs.get(uri)
@@ -175,7 +178,9 @@ class Service:
         judged = c["accepted"] + c["rejected"]
         lat = sorted(self.latency_ms)
         pct = (lambda q: round(lat[min(int(q * len(lat)), len(lat) - 1)], 3)) if lat else (lambda q: None)
+        slots = getattr(self.engine, "slots", None)  # in-process engine: documents holding a KV cache
         return {"engine": self.engine_state, "documents": len(self.docs), **dict(c),
+                "kv_cached_documents": len(slots) if slots is not None else None,
                 "acceptance_rate": round(c["accepted"] / judged, 4) if judged else None,
                 "accepted_char_rate": round(c["accepted_chars"] / c["shown_chars"], 4) if c["shown_chars"] else None,
                 "gate_reasons": dict(self.gates),

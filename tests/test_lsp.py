@@ -96,6 +96,11 @@ async def test_open_type_complete_feedback(client: LanguageClient, tiny_pair):
     assert stats.engine == "ready"
     assert (stats.accepted, stats.rejected, stats.accepted_chars) == (2, 1, 7)
     assert stats.requests == 4 and stats.unknown_document == 1 and stats.bad_position == 1
+    assert stats.kv_cached_documents == 1  # the document's KV cache, kept between requests
+
+    client.text_document_did_close(t.DidCloseTextDocumentParams(text_document=t.TextDocumentIdentifier(uri=URI)))
+    stats = await client.protocol.send_request_async("completer/stats", {})
+    assert stats.kv_cached_documents == 0 and stats.documents == 0  # closing frees it
 
 
 @pytest.mark.asyncio

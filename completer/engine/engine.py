@@ -241,6 +241,10 @@ class Engine:
 
     def close(self, doc_key: str) -> bool:
         """Forget a document (editor closed it): frees its slot unless a request is using it."""
+        return self.forget(doc_key)
+
+    def forget(self, doc_key: str) -> bool:
+        """As close (the name a client that also has a connection to close calls)."""
         with self.sched.cond:
             self.records.pop(doc_key, None)
             if doc_key in self.sched.live or doc_key not in self.slots:
