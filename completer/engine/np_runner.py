@@ -37,9 +37,10 @@ def _one_blas_thread() -> None:
 
 
 def eligible(w) -> bool:
+    if not (isinstance(w, LlamaWeights) and w.device.type == "cpu" and w.dtype == torch.float32):
+        return False
     mats = [w.lm_head] + [m for layer in w.layers for m in layer]
-    return (isinstance(w, LlamaWeights) and w.device.type == "cpu" and w.dtype == torch.float32
-            and all(isinstance(m, torch.Tensor) and m.dtype == torch.float32 for m in mats))
+    return all(isinstance(m, torch.Tensor) and m.dtype == torch.float32 for m in mats)
 
 
 class _NpWeights:
