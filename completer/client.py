@@ -1,0 +1,111 @@
+"""The one interface between a caller (the language server, the CLI, the benchmarks) and any
+engine: the in-process `Engine`, our `completer serve` over its WebSocket, llama-server's
+`/infill`, or an OpenAI-compatible `/v1/completions`. The caller never asks which it has.
+
+Also the one completion result every engine returns (`Completion`, flat), the one error type an
+engine raises at its caller (`EngineError`), and the one prompt-budget rule.
+No torch here: a language server on a remote engine stays light.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+StopText = Callable[[str], "int | None"]  # text so far → length to keep once finished, else None
+ERROR_CODES = ("unavailable", "unauthorized", "overloaded", "bad_request", "not_ready", "model", "internal")
+
+
+class EngineError(Exception):
+    """An engine could not serve a request. `code` is one of ERROR_CODES; `message` is written
+    for the user; `retry_after` (seconds) when the engine said when to come back."""
+
+    def __init__(self, code: str, message: str, retry_after: float | None = None):
+        super().__init__(f"{code}: {message}")
+        self.code, self.message, self.retry_after = code, message, retry_after
+
+
+@dataclass
+class Completion:
+    """One completion, flat: what every engine returns and every caller prints or sends.
+    Engine-specific numbers (proposals by source, queue time, cached tokens...) go in `extra`
+    and are merged into `to_json()` at the top level."""
+    text: str
+    new_tokens: int = 0
+    target_forwards: int = 0          # verify steps (the prefill not counted)
+    accepted_per_forward: float = 0.0  # τ: tokens gained per target forward (1.0 without drafts)
+    ttft_ms: float = 0.0
+    total_ms: float = 0.0
+    speculative: bool = False
+    prompt_tokens: int = 0
+    prefill_tokens: int = 0           # prompt tokens computed (the rest came from a cache)
+    stop_reason: str = ""             # eos | length | stop | degenerate | cancelled | superseded | ...
+    token_ids: list[int] = field(default_factory=list)  # empty when the engine does not say
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        out = {k: getattr(self, k) for k in _FIELDS}
+        out["accepted_per_forward"] = round(self.accepted_per_forward, 4)
+        out["ttft_ms"], out["total_ms"] = round(self.ttft_ms, 3), round(self.total_ms, 3)
+        return {**out, **self.extra}
+
+    @classmethod
+    def from_json(cls, d: dict) -> Completion:
+        """The inverse of to_json (for a result that crossed a wire); unknown keys go to extra."""
+        known = {k: d[k] for k in _FIELDS if k in d}
+        return cls(**known, extra={k: v for k, v in d.items() if k not in _FIELDS})
+
+
+_FIELDS = ("text", "new_tokens", "target_forwards", "accepted_per_forward", "ttft_ms", "total_ms",
+           "speculative", "prompt_tokens", "prefill_tokens", "stop_reason", "token_ids")
+
+
+def prompt_budget(ctx: int, max_new: int, max_draft_len: int = 0) -> int:
+    """Prompt tokens that leave room in a `ctx`-token context for `max_new` new tokens and one
+    verify of `max_draft_len` drafts; never less than half the context (a long generation then
+    stops at the context end instead)."""
+    return max(ctx - max_new - max_draft_len - 1, ctx // 2)
+
+
+@runtime_checkable
+class EngineClient(Protocol):
+    """What the language server needs of an engine. Every method may raise EngineError."""
+
+    def complete(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
+                 max_new: int | None = None, stop_text: StopText | None = None,
+                 cancel: threading.Event | None = None, on_text: Callable[[str], None] | None = None,
+                 node_kind: str | None = None, language: str | None = None) -> Completion:
+        """Complete between `prefix` and `suffix` (the context the syntax layer chose; the engine
+        only adds its model's FIM tokens). `stop_text` decides when the completion is finished
+        (the syntax node closed, or degenerate output); the engine stops paying for tokens then.
+        `cancel` set → stop within one step (stop_reason "cancelled"). `on_text` gets deltas."""
+        ...
+
+    def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default") -> int:
+        """Prefill the document's cache for this context; tokens computed (0 if unknown)."""
+        ...
+
+    def forget(self, doc_key: str) -> None:
+        """The editor closed the document: free what the engine keeps for it."""
+        ...
+
+    def feedback(self, doc_key: str, text: str, accepted: bool, accepted_chars: int | None = None) -> None:
+        """The user accepted (part of) or rejected a shown completion."""
+        ...
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def prompt_budget(self, max_new: int | None = None) -> int:
+        """Tokens the whole prompt may use, FIM tokens included (the pipeline keeps 3 for them)."""
+        ...
+
+    def warm_start(self) -> float:
+        """Get ready to serve (load, measure, connect); milliseconds spent."""
+        ...
+
+    def stats(self) -> dict:
+        """Counters and gauges for `completer/stats` and /metrics (JSON-able)."""
+        ...
+
+    def close(self) -> None: ...
