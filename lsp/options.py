@@ -36,6 +36,8 @@ class ServerOptions:
     complete_in_strings: bool = False
     complete_in_docstrings: bool = False
     max_lines: int = 16               # of a multi-line completion
+    enable: bool = True               # completions on; false answers every request empty (no restart)
+    ready_wait_ms: int = 30_000       # a request that arrives while the models load waits this long
 
     def engine_config(self) -> dict:
         """Keyword arguments for completer.pipeline.make_engine."""
@@ -65,6 +67,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "engine": (lambda v: v is None or v.startswith(("ws://", "wss://")), "a ws:// or wss:// URL"),
     "debounce_ms": (lambda v: 0 <= v <= 10_000, "in 0..10000"),
     "max_lines": (lambda v: 1 <= v <= 1000, "in 1..1000"),
+    "ready_wait_ms": (lambda v: 0 <= v <= 600_000, "in 0..600000"),
 }
 
 
