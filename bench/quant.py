@@ -48,9 +48,9 @@ def main() -> int:
     from completer.engine.engine import Engine, EngineConfig
     from completer.engine.models import ModelError, load_model, resolve_device
     from completer.engine.runner import make_runner
+    from completer.engine.sampling import Sampling
     from completer.engine.speculative import generate
     from draft_models import DEFAULT_TARGET
-    from draft_models.drafters import Sampling
 
     tdir = a.target or str(DEFAULT_TARGET)
     eng = Engine(EngineConfig(target=tdir, drafter="none"))

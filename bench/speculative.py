@@ -45,18 +45,18 @@ def main() -> int:
         torch.set_num_threads(a.threads)
     from transformers import AutoModelForCausalLM
 
-    from completer.engine.engine import Engine, EngineConfig
-    from completer.engine.runner import make_runner
-    from completer.engine.speculative import generate
-    from draft_models import DEFAULT_DRAFT, DEFAULT_TARGET
-    from draft_models.drafters import (
+    from completer.engine.drafters import (
         AdaptiveK,
         CombinedDrafter,
         FastPathDrafter,
         ModelDrafter,
         NgramDrafter,
-        Sampling,
     )
+    from completer.engine.engine import Engine, EngineConfig
+    from completer.engine.runner import make_runner
+    from completer.engine.sampling import Sampling
+    from completer.engine.speculative import generate
+    from draft_models import DEFAULT_DRAFT, DEFAULT_TARGET
 
     tdir, ddir = a.target or str(DEFAULT_TARGET), a.draft or str(DEFAULT_DRAFT)
     eng = Engine(EngineConfig(target=None if a.target is None else tdir, draft=None if a.target is None else ddir,

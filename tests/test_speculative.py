@@ -8,18 +8,10 @@ import pytest
 import torch
 from conftest import random_llama
 
+from completer.engine.drafters import AdaptiveK, CombinedDrafter, FastPathDrafter, ModelDrafter, NgramDrafter
 from completer.engine.runner import HFRunner, LlamaWeights, make_runner
-from completer.engine.speculative import generate, verify
-from draft_models.drafters import (
-    AdaptiveK,
-    CombinedDrafter,
-    FastPathDrafter,
-    ModelDrafter,
-    NgramDrafter,
-    Proposal,
-    Sampling,
-    warp,
-)
+from completer.engine.sampling import Proposal, Sampling, verify, warp
+from completer.engine.speculative import generate
 
 torch.set_num_threads(1)
 

@@ -19,19 +19,13 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from draft_models import DEFAULT_DIR
-from draft_models.drafters import (
-    AdaptiveK,
-    CombinedDrafter,
-    FastPathDrafter,
-    ModelDrafter,
-    NgramDrafter,
-    Sampling,
-)
 
 from .batch import Via
+from .drafters import AdaptiveK, CombinedDrafter, FastPathDrafter, ModelDrafter, NgramDrafter
 from .models import ModelError, Pair, load_pair
 from .prompt import FimFormat, build_prompt
 from .runner import LlamaWeights, common_prefix_len, make_runner
+from .sampling import Sampling
 from .scheduler import INTERACTIVE, WARMUP, Overloaded, Scheduler, SchedulerConfig
 from .speculative import GenStats, generate
 

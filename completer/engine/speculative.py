@@ -13,31 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from draft_models.drafters import EMPTY, AdaptiveK, Drafter, Proposal, Sampling, warp
-
-
-def verify(logits: torch.Tensor, prop: Proposal, s: Sampling,
-           gen: torch.Generator | None = None) -> tuple[int, int]:
-    """logits [k+1, V] of the target over [cur] + draft → (accepted count n, next token)."""
-    k = len(prop.ids)
-    if s.greedy:
-        t = logits.argmax(-1)  # [k+1]
-        n = int((t[:k] == torch.tensor(prop.ids, dtype=t.dtype)).cumprod(0).sum()) if k else 0
-        return n, int(t[n])  # host sync: the loop needs n and the token
-    p = warp(logits, s)  # [k+1, V] target
-    if k == 0:
-        return 0, int(torch.multinomial(p[0], 1, generator=gen))
-    d = torch.tensor(prop.ids)
-    idx = torch.arange(k)
-    q = prop.probs if prop.probs is not None else torch.nn.functional.one_hot(d, p.shape[-1]).float()
-    u = torch.rand(k, generator=gen)
-    ok = u * q[idx, d] <= p[idx, d]  # accept with min(1, p/q)
-    n = int(ok.long().cumprod(0).sum())  # host sync: the number accepted
-    if n == k:
-        return n, int(torch.multinomial(p[k], 1, generator=gen))
-    r = (p[n] - q[n]).clamp_min(0)  # residual norm(max(p - q, 0))
-    r = r / r.sum() if r.sum() > 0 else p[n]
-    return n, int(torch.multinomial(r, 1, generator=gen))
+from .drafters import AdaptiveK, Drafter
+from .sampling import EMPTY, Proposal, Sampling, verify
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Drafters: interchangeable producers of `Proposal(ids, probs | None)` for the verifier.
+"""Drafters (proposers): interchangeable producers of `Proposal(ids, probs | None)` for the verifier.
 
 `probs` is the drafter's distribution for each proposed token, [k, V]; None means the proposal
 is deterministic (a one-hot distribution), which is what the n-gram and fast-path drafters give.
@@ -7,47 +7,15 @@ target has not consumed yet) and proposes what follows it.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import torch
 
-
-class Proposal(NamedTuple):
-    ids: list[int]
-    probs: torch.Tensor | None  # [k, V] or None (deterministic)
-    source: str
-
-
-EMPTY = Proposal([], None, "none")
+from .sampling import EMPTY, Proposal, Sampling, warp
 
 
 class Drafter(Protocol):
     def propose(self, seq: list[int], k: int) -> Proposal: ...
-
-
-@dataclass(frozen=True)
-class Sampling:
-    temperature: float = 0.0  # 0 = greedy
-    top_p: float = 1.0
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0
-
-
-def warp(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
-    """Logits [..., V] → sampling distribution (temperature, then top-p) [..., V]."""
-    p = torch.softmax(logits / s.temperature, dim=-1)
-    if s.top_p < 1.0:
-        sp, si = p.sort(dim=-1, descending=True)
-        drop = sp.cumsum(-1) - sp > s.top_p  # keep the smallest head whose mass reaches top_p
-        sp = sp.masked_fill(drop, 0.0)
-        p = torch.zeros_like(p).scatter(-1, si, sp)
-        p = p / p.sum(-1, keepdim=True)
-    return p
 
 
 class ModelDrafter:
@@ -119,7 +87,7 @@ class NgramDrafter:
 
 class FastPathDrafter:
     """Near-certain continuations mined from the corpus: (a, b) → c when P(c | a, b) ≥ 0.9
-    over enough occurrences (`draft_models.fastpath`). Chains lookups, ≈0 cost."""
+    over enough occurrences (mined by the recipe: `draft_models.fastpath`). Chains lookups, ≈0 cost."""
 
     def __init__(self, table: dict[tuple[int, int], int]):
         self.table = table
@@ -128,9 +96,6 @@ class FastPathDrafter:
     def table_of(rows: list) -> dict[tuple[int, int], int]:
         return {(a, b): c for a, b, c in rows}
 
-    @classmethod
-    def load(cls, path: Path) -> FastPathDrafter:
-        return cls(cls.table_of(json.loads(path.read_text())["rows"]))
 
     def propose(self, seq: list[int], k: int) -> Proposal:
         ids: list[int] = []

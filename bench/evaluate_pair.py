@@ -1,6 +1,6 @@
 """Measure a target/draft pair on held-out code for the model card.
 
-`python -m draft_models.evaluate [--target DIR --draft DIR] [--out FILE.json]` prints a table:
+`python bench/evaluate_pair.py [--target DIR --draft DIR] [--out FILE.json]` prints a table:
 - target: held-out loss / perplexity and next-token accuracy vs a token 4-gram model (stupid
   backoff, counted on the training split) on the same held-out tokens;
 - single-line exact match on held-out holes (real lines cut at a random point; the model fills
@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import DEFAULT_DRAFT, DEFAULT_TARGET
-from .data import corpus_files, read_source
+from draft_models import DEFAULT_DRAFT, DEFAULT_TARGET
+from draft_models.data import corpus_files, read_source
 
 
 def _tokens(tok, files) -> list[list[int]]:
@@ -150,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     from completer.engine.engine import Engine, EngineConfig
     from completer.engine.runner import make_runner
     from completer.engine.speculative import generate
-    from draft_models.drafters import AdaptiveK, ModelDrafter, Sampling
+    from completer.engine.drafters import AdaptiveK, ModelDrafter
+    from completer.engine.sampling import Sampling
 
     from transformers import AutoModelForCausalLM
 
