@@ -138,7 +138,8 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, quant: str =
     except ModelError:
         raise
     except ImportError as e:
-        raise ModelError(f"--quant {quant} is not available here: {e}") from None
+        raise ModelError(f"--quant {quant} is not available here ({e}): pip install 'completer[quant]'"
+                         " (bitsandbytes, accelerate)") from None
     except Exception as e:  # noqa: BLE001
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelError(f"cannot load model {name}: {first}") from None

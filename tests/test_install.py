@@ -1,0 +1,138 @@
+"""`pip install` off Linux: the dependency set resolves to wheels for macOS arm64 and Windows x86-64
+(a download resolution by pip against PyPI, nothing installed), and the modes whose packages a
+platform may lack say which package to install, while the rest works without them.
+
+pip's `--platform` chooses wheel tags but evaluates environment markers against the running
+interpreter (so torch's Linux-only CUDA dependencies would be asked for on macOS); the resolver
+runs here with the target platform's marker environment set, which is what pip on that machine
+would see."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+PLATFORMS = {
+    "macos-arm64": ("macosx_14_0_arm64", {"sys_platform": "darwin", "platform_system": "Darwin",
+                                          "platform_machine": "arm64", "os_name": "posix"}),
+    "windows-x86_64": ("win_amd64", {"sys_platform": "win32", "platform_system": "Windows",
+                                     "platform_machine": "AMD64", "os_name": "nt"}),
+}
+
+# pip's resolver with the target's marker environment; argv: marker-env JSON, then pip's arguments.
+RESOLVE = """
+import json, sys
+import pip._vendor.packaging.markers as markers
+env = json.loads(sys.argv[1])
+host = markers.default_environment
+markers.default_environment = lambda: {**host(), **env}
+from pip._internal.cli.main import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def project() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+
+def pypi_reachable() -> bool:
+    try:
+        with urllib.request.urlopen("https://pypi.org/simple/pip/", timeout=10) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("name", sorted(PLATFORMS))
+def test_dependencies_resolve_to_wheels(name, tmp_path):
+    if not pypi_reachable():
+        pytest.skip("PyPI is unreachable: the resolution needs https://pypi.org")
+    platform, env = PLATFORMS[name]
+    env = {**env, "python_version": "3.11", "python_full_version": "3.11.9",
+           "implementation_name": "cpython", "platform_python_implementation": "CPython"}
+    deps = project()["dependencies"]
+    report = tmp_path / "report.json"
+    r = subprocess.run(
+        [sys.executable, "-c", RESOLVE, json.dumps(env), "install", "--dry-run", "--quiet", "--ignore-installed",
+         "--report", str(report), "--target", str(tmp_path / "t"), "--platform", platform,
+         "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp", *deps],
+        capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = {i["metadata"]["name"].lower(): i for i in json.loads(report.read_text())["install"]}
+    assert got["torch"]["metadata"]["version"] == "2.13.0"
+    wheels = [i["download_info"]["url"].rsplit("/", 1)[-1] for i in got.values()]
+    assert all(w.endswith(".whl") for w in wheels), wheels
+    tag = platform.split("_")[0]  # macosx | win
+    assert tag in got["torch"]["download_info"]["url"], got["torch"]["download_info"]["url"]
+    assert "triton" not in got
+
+
+def test_optional_packages_are_extras_or_marked():
+    """triton has no macOS/Windows wheels; bitsandbytes/accelerate serve only --quant int8/nf4."""
+    proj = project()
+    deps = {d.split(";")[0].split("=")[0].split(">")[0].strip(): d for d in proj["dependencies"]}
+    assert "sys_platform == 'linux'" in deps["triton"]
+    assert "bitsandbytes" not in deps and "accelerate" not in deps
+    quant = " ".join(proj["optional-dependencies"]["quant"])
+    assert "bitsandbytes" in quant and "accelerate" in quant
+
+
+# Run the code as if a package were not installed: its import fails as it would there.
+WITHOUT = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in {missing!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}")
+sys.meta_path.insert(0, Block())
+"""
+
+
+def run_without(missing: set[str], code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", WITHOUT.format(missing=missing) + code], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, check=False,
+                          env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+
+
+def test_quantized_matmuls_work_without_triton():
+    r = run_without({"triton"}, """
+import torch
+from kernels import quant as kq
+assert kq.triton is None
+torch.manual_seed(0)
+x, w = torch.randn(3, 64), torch.randn(16, 64)
+q, s = kq.quantize_int8(w)
+y = kq.int8_matmul(x, q, s)
+assert torch.allclose(y, kq.int8_matmul_ref(x, q, s))
+assert (y - x @ w.T).abs().max() < 0.05 * (x @ w.T).abs().max()
+p, sc, z = kq.quantize_int4(w, 32)
+assert torch.allclose(kq.int4_matmul(x, p, sc, z, 32), kq.int4_matmul_ref(x, p, sc, z, 32))
+print("ok")
+""")
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("quant", ["int8", "nf4"])
+def test_bitsandbytes_modes_name_the_package_to_install(quant, tmp_path):
+    from conftest import random_llama
+
+    random_llama(32, 1, seed=0).float().save_pretrained(tmp_path / "m")
+    r = run_without({"bitsandbytes"}, f"""
+import torch
+from completer.engine.models import ModelError, load_model
+try:
+    load_model({str(tmp_path / 'm')!r}, torch.device('cpu'), torch.float32, {quant!r})
+except ModelError as e:
+    print(e)
+else:
+    print("loaded")
+""")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "bitsandbytes" in r.stdout and "pip install" in r.stdout, r.stdout
