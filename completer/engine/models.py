@@ -8,16 +8,19 @@ from pathlib import Path
 
 import torch
 
+from ..client import EngineError
+
 # int8 / nf4: bitsandbytes (the memory-capacity path, any HF model); fp16 / fast-int8 / mixed:
-# our lean runner's weights (Llama family), see quant.py. auto: fp16 storage where it is
-# lossless in practice and faster (a 16-bit Llama checkpoint computed in fp32 on the CPU: a
+# our lean runner's weights (every family of families.py), see quant.py. auto: fp16 storage where
+# it is lossless in practice and faster (a 16-bit checkpoint computed in fp32 on the CPU: a
 # verify forward over 7 tokens costs ~1.2 single steps instead of ~2.1-2.5 with MKL's fp32
 # GEMM, see bench/speculative.py), else none.
 QUANT_MODES = ("auto", "none", "fp16", "int8", "nf4", "fast-int8", "mixed")
 
 
-class ModelError(Exception):
+class ModelError(EngineError):
     """A model or tokenizer that cannot be used; the message is meant for the user."""
+    code = "model"
 
 
 @dataclass
@@ -92,8 +95,9 @@ def _quant_config(quant: str, dtype: torch.dtype):
 
 def load_model(name: str, device: torch.device, dtype: torch.dtype, quant: str = "none",
                lean: bool = True, quant_groups: str | None = None):
-    """A plain Llama directory loads straight into shared fused weights (no transformers import:
-    seconds off a CPU cold start); anything else goes through AutoModelForCausalLM."""
+    """A directory of a lean family (families.py) loads straight into shared fused weights (no
+    transformers import: seconds off a CPU cold start); anything else goes through
+    AutoModelForCausalLM."""
     if quant == "auto":
         model = load_model(name, device, dtype, "none", lean)
         if _fp16_pays(model, device, dtype):
@@ -106,8 +110,9 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, quant: str =
         model = load_model(name, device, dtype, "none", True)
         if not isinstance(model, LlamaWeights):
             if not lean_supported(model):
-                raise ModelError(f"--quant {quant} needs a Llama-family model; {name} is "
-                                 f"{model.config.model_type} (use int8 or nf4)")
+                from .families import FAMILIES
+                raise ModelError(f"--quant {quant} needs a model of a lean family ({', '.join(FAMILIES)}); "
+                                 f"{name} is {model.config.model_type} (use int8 or nf4)")
             model = LlamaWeights.from_hf(model)
         try:
             quantize_weights(model, MODE_GROUPS.get(quant) or quant_groups or DEFAULT_GROUPS)
@@ -149,9 +154,10 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, quant: str =
 
 
 def _fp16_pays(model, device: torch.device, dtype: torch.dtype) -> bool:
-    """--quant auto: a lean Llama from a bf16/fp16 checkpoint, computed in fp32 on the CPU, whose
-    matrices all fit fp16's range (values from bf16 below fp16's normal range keep fewer bits:
-    their effect on logits is ~1e-6, fp32 summation noise; bench/quant.py measures agreement)."""
+    """--quant auto: lean weights (any family) from a bf16/fp16 checkpoint, computed in fp32 on the
+    CPU, whose matrices all fit fp16's range (values from bf16 below fp16's normal range keep fewer
+    bits: their effect on logits is ~1e-6, fp32 summation noise; bench/quant.py measures
+    agreement). Biases and norms stay in fp32."""
     from .runner import LlamaWeights
 
     if not (isinstance(model, LlamaWeights) and device.type == "cpu" and dtype == torch.float32

@@ -1,4 +1,6 @@
-"""Our quantized weights for the lean Llama runner: per-module-group precision.
+"""Our quantized weights for the lean runner (every family of families.py): per-module-group
+precision. Only matrices are quantized: biases, norms and q/k norms stay in the compute dtype and
+are added after the quantized matmul (runner._linear).
 
 Groups: embed (token embedding), attn (q/k/v/o), mlp (gate/up/down), head (LM head). Precisions:
 - embed: fp32 | bf16 | fp16 — stored at that width, cast to the compute dtype on lookup;
@@ -139,8 +141,9 @@ def quantize_weights(weights, spec: str):
 def weight_bytes(weights) -> int:
     """Bytes of all weights (quantized ones at their packed size; a tied head counted once)."""
     seen, total = set(), 0
-    for t in [weights.embed, weights.lm_head, weights.norm] + [w for layer in weights.layers for w in layer]:
-        if id(t) in seen:
+    for t in [weights.embed, weights.lm_head, weights.norm, weights.norm_b] + [
+            w for layer, e in zip(weights.layers, weights.extra) for w in (*layer, *e)]:
+        if t is None or id(t) in seen:
             continue
         seen.add(id(t))
         total += t.nbytes() if isinstance(t, (Fp16Weight, Int8Weight, Int4Weight)) else t.numel() * t.element_size()

@@ -5,18 +5,23 @@ prefix with `seq` and returns the ids still to be fed; `forward(new_ids)` append
 their logits; `truncate(n)` rolls back by moving the length pointer (rejected draft tokens cost
 nothing to undo). Two implementations:
 
-- `LlamaRunner`: a lean forward for Llama-family checkpoints over preallocated K/V tensors written
-  by position; no `generate()` or per-layer module dispatch in the hot path.
-- `HFRunner`: any HF causal LM through its own `DynamicCache` (`crop` to roll back).
+- `LlamaRunner`: a lean forward for the families of families.py (Llama, Mistral, Qwen2/3,
+  StarCoder2, Gemma) over preallocated K/V tensors written by position; no `generate()` or
+  per-layer module dispatch in the hot path.
+- `HFRunner`: any HF causal LM through a `DynamicCache` (`crop` to roll back).
 """
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+
+from .families import Unsupported, layout_of, max_positions
 
 
 def common_prefix_len(a: list[int], b: list[int]) -> int:
@@ -57,10 +62,13 @@ class _Runner:
         return self.kv_bytes()
 
 
-def _rope_table(inv_freq: torch.Tensor, max_len: int) -> torch.Tensor:
-    """Rotations e^{i·pos·θ_j} as complex64 [P, hd/2] (RoPE as one complex multiply)."""
+def _rope_table(inv_freq: torch.Tensor, max_len: int, scale: float = 1.0) -> torch.Tensor:
+    """Rotations scale·e^{i·pos·θ_j} as complex64 [P, hd/2] (RoPE as one complex multiply;
+    `scale` is YaRN's attention factor, which HF multiplies into cos and sin)."""
     freqs = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq.float())
-    return torch.complex(freqs.cos(), freqs.sin())  # as HF rounds them (polar differs by an ulp)
+    if scale == 1.0:
+        return torch.complex(freqs.cos(), freqs.sin())  # as HF rounds them (polar differs by an ulp)
+    return torch.complex(freqs.cos() * scale, freqs.sin() * scale)
 
 
 def _f32(x: torch.Tensor) -> torch.Tensor:
@@ -69,15 +77,17 @@ def _f32(x: torch.Tensor) -> torch.Tensor:
 
 
 def _pairs_adjacent(w: torch.Tensor, heads: int, hd: int) -> torch.Tensor:
-    """Reorder a q/k projection's output rows per head from HF's half-split RoPE layout
-    (i, i+hd/2) to adjacent pairs (2i, 2i+1). Scores q·k are unchanged (both sides move the
-    same way) and RoPE becomes a complex multiply: one op instead of eight."""
-    return w.view(heads, 2, hd // 2, -1).transpose(1, 2).reshape(heads * hd, -1)
+    """Reorder a q/k projection's output rows (or its bias, or a per-head norm weight) per head
+    from HF's half-split RoPE layout (i, i+hd/2) to adjacent pairs (2i, 2i+1). Scores q·k are
+    unchanged (both sides move the same way) and RoPE becomes a complex multiply: one op
+    instead of eight."""
+    return w.reshape(heads, 2, hd // 2, -1).transpose(1, 2).reshape(w.shape)
 
 
 def _linear(x: torch.Tensor, w, add: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ w.T (+ add). Dense weights keep w.T contiguous (see LlamaWeights), so this is one
-    BLAS call, fused with the residual add; quantized weights go through their own matmul."""
+    """x @ w.T (+ add: a residual [S, N] or a bias [N]). Dense weights keep w.T contiguous (see
+    LlamaWeights), so this is one BLAS call fused with the add; quantized weights go through
+    their own matmul and the add follows in float32 (biases are never quantized)."""
     wt = w.T
     if isinstance(wt, torch.Tensor):
         return x @ wt if add is None else torch.addmm(add, x, wt)
@@ -91,20 +101,23 @@ def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return F.rms_norm(x.float(), (x.shape[-1],), None, eps).to(x.dtype) * w
 
 
+def _norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """RMSNorm, or LayerNorm when the layout has norm biases (StarCoder2)."""
+    return _rms(x, w, eps) if b is None else F.layer_norm(x, (x.shape[-1],), w, b, eps)
+
+
 def _t_contiguous(w):
     """The same [out, in] weight stored so that w.T is contiguous: ~30 % faster batch-1 GEMV."""
     return w.t().contiguous().t() if isinstance(w, torch.Tensor) else w
 
 
-_LEAN_TYPES = ("llama", "mistral")
-
-
 def lean_config_ok(cfg: dict) -> bool:
-    """Whether a config (as a dict) is plain Llama: default RoPE, no biases, full attention."""
-    rope = cfg.get("rope_parameters") or {"rope_type": "default" if not cfg.get("rope_scaling") else "scaled"}
-    return (cfg.get("model_type") in _LEAN_TYPES and rope.get("rope_type", "default") == "default"
-            and not cfg.get("attention_bias") and not cfg.get("mlp_bias")
-            and not cfg.get("sliding_window") and cfg.get("hidden_act", "silu") == "silu")
+    """Whether a config (as a dict) is in the lean runner's family table (families.py)."""
+    try:
+        layout_of(cfg)
+    except Unsupported:
+        return False
+    return True
 
 
 def lean_supported(model) -> bool:
@@ -114,36 +127,79 @@ def lean_supported(model) -> bool:
         type(m).__name__ == "Linear" for m in model.modules() if "Linear" in type(m).__name__)
 
 
+class LayerExtra(NamedTuple):
+    """A layer's tensors beyond Llama's six (None where its layout has none). Biases stay in
+    the compute dtype whatever the matrices' quantization; q/k norms are in the adjacent-pair
+    row order (see _pairs_adjacent)."""
+    in_b: torch.Tensor | None = None    # LayerNorm biases (StarCoder2)
+    post_b: torch.Tensor | None = None
+    qkv_b: torch.Tensor | None = None   # [(H+2Hkv)·hd]
+    o_b: torch.Tensor | None = None     # [D]
+    gu_b: torch.Tensor | None = None    # [2I] (gated) or [I]
+    down_b: torch.Tensor | None = None  # [D]
+    q_norm: torch.Tensor | None = None  # [hd] (Qwen3)
+    k_norm: torch.Tensor | None = None  # [hd]
+
+
 class LlamaWeights:
-    """One fused copy of a Llama-family model's weights, shared by every runner (slot).
+    """One fused copy of a model's weights, shared by every runner (slot), for every family of
+    the layout table (families.py; `.layout`). `.layers` holds Llama's six tensors per layer,
+    (in-norm, wqkv, wo, post-norm, wgu, wdown) — wgu is the gate and up projections stacked, or
+    the up projection alone for a plain MLP (`layout.act == "gelu_mlp"`) — and `.extra` the rest
+    (`LayerExtra`: biases, q/k norms). Gemma's x·(1+w) norms are stored as 1+w.
 
     `from_dir` reads config.json + safetensors directly — no transformers import, which is most of
     a cold start on CPU (importing the HF Llama module alone takes seconds)."""
 
     def __init__(self, cfg: dict, get):  # get(name) → tensor
+        self.layout = lay = layout_of(cfg)
+        nm = lay.names
         self.config = SimpleNamespace(**cfg)
-        self.config.max_position_embeddings = cfg.get("max_position_embeddings", 2048)
+        self.config.max_position_embeddings = max_positions(cfg)
         self.n_heads = cfg["num_attention_heads"]
         self.n_kv = cfg.get("num_key_value_heads") or self.n_heads
-        self.hd = cfg.get("head_dim") or cfg["hidden_size"] // self.n_heads
-        self.eps = cfg.get("rms_norm_eps", 1e-6)
-        theta = (cfg.get("rope_parameters") or {}).get("rope_theta", cfg.get("rope_theta", 10000.0))
-        self.inv_freq = 1.0 / (theta ** (torch.arange(0, self.hd, 2, dtype=torch.float32) / self.hd))
-        self.embed = get("model.embed_tokens.weight")
-        self.lm_head = self.embed if cfg.get("tie_word_embeddings", False) else get("lm_head.weight")
-        self.norm = get("model.norm.weight")
-        self.layers = []
+        self.hd = lay.head_dim
+        self.eps = lay.norm_eps
+        self.inv_freq, self.rope_scale = lay.rope.inv_freq(self.hd, self.config.max_position_embeddings)
+        self.embed = get(nm.embed)
+        self.lm_head = self.embed if lay.tied_embeddings else get(nm.head)
+
+        def norm_w(name: str) -> torch.Tensor:
+            w = get(name + ".weight")
+            return 1.0 + w.float() if lay.norm == "rms_1p" else w  # HF Gemma: float32 (1 + w)
+
+        def norm_b(name: str) -> torch.Tensor | None:
+            return get(name + ".bias") if lay.norm == "layer" else None
+
+        self.norm, self.norm_b = norm_w(nm.norm), norm_b(nm.norm)
+        H, Hkv, hd = self.n_heads, self.n_kv, self.hd
+        self.layers, self.extra = [], []
         for i in range(cfg["num_hidden_layers"]):
-            def g(n: str, i: int = i) -> torch.Tensor:
-                return get(f"model.layers.{i}.{n}.weight")
-            wqkv = torch.cat([_pairs_adjacent(g("self_attn.q_proj"), self.n_heads, self.hd),
-                              _pairs_adjacent(g("self_attn.k_proj"), self.n_kv, self.hd),
-                              g("self_attn.v_proj")])
-            wgu = torch.cat([g("mlp.gate_proj"), g("mlp.up_proj")])  # [2I, D]
-            self.layers.append((g("input_layernorm"), _t_contiguous(wqkv), _t_contiguous(g("self_attn.o_proj")),
-                                g("post_attention_layernorm"), _t_contiguous(wgu),
-                                _t_contiguous(g("mlp.down_proj"))))
-        self.dtype, self.device = self.norm.dtype, self.norm.device  # compute dtype (embed may be narrower)
+            def g(n: str, part: str = "weight", i: int = i) -> torch.Tensor:
+                return get(f"model.layers.{i}.{n}.{part}")
+
+            def b(n: str, on: bool) -> torch.Tensor | None:
+                return g(n, "bias") if on else None
+
+            wqkv = torch.cat([_pairs_adjacent(g(nm.q), H, hd), _pairs_adjacent(g(nm.k), Hkv, hd), g(nm.v)])
+            bqkv = (torch.cat([_pairs_adjacent(g(nm.q, "bias"), H, hd), _pairs_adjacent(g(nm.k, "bias"), Hkv, hd),
+                               g(nm.v, "bias")]) if lay.qkv_bias else None)
+            gated = nm.gate is not None
+            wgu = torch.cat([g(nm.gate), g(nm.up)]) if gated else g(nm.up)  # [2I, D] or [I, D]
+            bgu = (torch.cat([g(nm.gate, "bias"), g(nm.up, "bias")]) if gated else g(nm.up, "bias")) \
+                if lay.mlp_bias else None
+            self.layers.append((norm_w(f"model.layers.{i}.{nm.in_norm}"), _t_contiguous(wqkv), _t_contiguous(g(nm.o)),
+                                norm_w(f"model.layers.{i}.{nm.post_norm}"), _t_contiguous(wgu),
+                                _t_contiguous(g(nm.down))))
+            self.extra.append(LayerExtra(
+                norm_b(f"model.layers.{i}.{nm.in_norm}"), norm_b(f"model.layers.{i}.{nm.post_norm}"),
+                bqkv, b(nm.o, lay.o_bias), bgu, b(nm.down, lay.mlp_bias),
+                _pairs_adjacent(g(nm.q_norm), 1, hd) if lay.qk_norm else None,
+                _pairs_adjacent(g(nm.k_norm), 1, hd) if lay.qk_norm else None))
+        self.dtype, self.device = self.embed.dtype, self.embed.device  # compute dtype (set before quantizing)
+        if lay.norm == "rms_1p":  # back to the model's dtype after the float32 (1 + w)
+            self.norm = self.norm.to(self.dtype)
+            self.layers = [(a.to(self.dtype), q, o, p.to(self.dtype), gu, d) for a, q, o, p, gu, d in self.layers]
         self.head_rows: list[int] | None = None  # see restrict_head
 
     @classmethod
@@ -161,7 +217,7 @@ class LlamaWeights:
         for f in sorted(path.glob("*.safetensors")):
             sd.update(load_file(str(f)))
         w = cls(cfg, lambda n: sd[n].to(device=device, dtype=dtype))
-        w.source_dtype = sd["model.norm.weight"].dtype  # the checkpoint's precision
+        w.source_dtype = sd[w.layout.names.embed].dtype  # the checkpoint's precision
         return w
 
     def restrict_head(self, rows: list[int]) -> None:
@@ -181,23 +237,28 @@ class LlamaWeights:
     def parameters(self):
         """The float tensors (quantized weights are not parameters)."""
         seen = {}
-        for t in [self.embed, self.lm_head, self.norm] + [w for layer in self.layers for w in layer]:
+        for t in [self.embed, self.lm_head, self.norm, self.norm_b] + [
+                w for layer, e in zip(self.layers, self.extra) for w in (*layer, *e)]:
             if isinstance(t, torch.Tensor):
                 seen[id(t)] = t
         return iter(seen.values())
 
 
 class LlamaRunner(_Runner):
-    """Lean batch-1 forward of a Llama-family model over its own K/V; weights are shared."""
+    """Lean batch-1 forward of a model of the layout table over its own K/V; weights are shared."""
 
     def __init__(self, weights: LlamaWeights, max_len: int | None = None):
         w = weights
         self.weights = w
         self.max_len = max_len or w.config.max_position_embeddings
+        if w.layout.rope.kind == "dynamic" and self.max_len > w.config.max_position_embeddings:
+            raise ValueError(f"dynamic NTK RoPE rescales past {w.config.max_position_embeddings} tokens (HF "
+                             f"recomputes every position then); a {self.max_len}-token cache is not supported")
         self.n_heads, self.n_kv, self.hd, self.eps = w.n_heads, w.n_kv, w.hd, w.eps
         self.dtype, self.device = w.dtype, w.device
         self.embed, self.lm_head, self.norm, self.layers = w.embed, w.lm_head, w.norm, w.layers
-        self.rot = _rope_table(w.inv_freq, self.max_len).to(self.device)  # [P, hd/2] complex
+        self.layout, self.extra, self.norm_b = w.layout, w.extra, w.norm_b
+        self.rot = _rope_table(w.inv_freq, self.max_len, w.rope_scale).to(self.device)  # [P, hd/2] complex
         L = len(self.layers)
         self.k = torch.zeros(L, 1, self.n_kv, self.max_len, self.hd, dtype=self.dtype, device=self.device)
         self.v = torch.zeros_like(self.k)  # [L, 1, Hkv, P, hd]
@@ -219,14 +280,31 @@ class LlamaRunner(_Runner):
         return forward_many([self], [new_ids])[0]
 
 
+def _attn_span(p: int, t: int, window: int | None, dev) -> tuple[int, torch.Tensor | None]:
+    """Keys [lo, p+t) that t queries at positions p.. may see, and their mask [t, p+t-lo]
+    (None: all of them). With a sliding window W, position q sees keys in (q-W, q]: the cache
+    keeps every position (rollback stays a pointer move) and attention skips the older ones."""
+    lo = 0 if window is None else max(0, p + 1 - window)
+    if t == 1:
+        return lo, None
+    q = torch.arange(p, p + t, device=dev)[:, None]
+    k = torch.arange(lo, p + t, device=dev)[None]
+    m = k <= q
+    return lo, m if window is None else m & (k > q - window)
+
+
+_ACT = {"silu_gated": F.silu, "gelu_tanh_gated": partial(F.gelu, approximate="tanh")}
+
+
 @torch.inference_mode()
 def forward_many(runners: list[LlamaRunner], feeds: list[list[int]]) -> list[torch.Tensor]:
     """Append feeds[i] to runners[i] (all sharing one model's weights); return each one's logits
     [T_i, V] (at least float32). The linear layers run once over all new tokens [ΣT, D] (one
     weight read per step, however many requests); RoPE, the K/V write and attention run per
-    sequence over its own cache. Batch-1 decoding is the one-runner case."""
+    sequence over its own cache. Batch-1 decoding is the one-runner case. The layout
+    (families.py) picks norms, biases, q/k norm, MLP and window; a plain Llama skips them all."""
     r0 = runners[0]
-    H, Hkv, hd, eps = r0.n_heads, r0.n_kv, r0.hd, r0.eps
+    H, Hkv, hd, eps, lay = r0.n_heads, r0.n_kv, r0.hd, r0.eps, r0.layout
     T = [len(f) for f in feeds]
     P = [len(r.ids) for r in runners]
     for p, t, r in zip(P, T, runners):
@@ -237,47 +315,63 @@ def forward_many(runners: list[LlamaRunner], feeds: list[list[int]]) -> list[tor
         offs.append(offs[-1] + t)
     S, dev, dt = offs[-1], r0.device, r0.dtype
     x = r0.embed[torch.tensor([i for f in feeds for i in f], device=dev)].to(dt)  # [ΣT, D]
+    if lay.embed_scale is not None:
+        x = x * lay.embed_scale  # Gemma
     if len(runners) == 1:
         rot = r0.rot[P[0]:P[0] + S]
     else:
         rot = r0.rot[torch.cat([torch.arange(p, p + t) for p, t in zip(P, T)]).to(dev)]
     rot = rot.view(S, 1, hd // 2)
-    masks = [torch.ones(t, p + t, dtype=torch.bool, device=dev).tril(p) if t > 1 else None
-             for p, t in zip(P, T)]
+    spans = [_attn_span(p, t, lay.sliding_window, dev) for p, t in zip(P, T)]
     cplx = dt in (torch.float32, torch.float64)  # no complex bf16: rotate in fp32 then
+    act = _ACT.get(lay.act)
     for li, (w_in, wqkv, wo, w_post, wgu, wdown) in enumerate(r0.layers):
-        qkv = _linear(_rms(x, w_in, eps), wqkv)  # [ΣT, (H+2Hkv)·hd]
-        qk = qkv[:, :(H + Hkv) * hd].reshape(S, H + Hkv, hd // 2, 2)
+        e = r0.extra[li]
+        qkv = _linear(_norm(x, w_in, e.in_b, eps), wqkv, e.qkv_b)  # [ΣT, (H+2Hkv)·hd]
+        qk = qkv[:, :(H + Hkv) * hd].reshape(S, H + Hkv, hd)
+        if e.q_norm is not None:
+            qk = torch.cat([_rms(qk[:, :H], e.q_norm, eps), _rms(qk[:, H:], e.k_norm, eps)], dim=1)
+        qk = qk.view(S, H + Hkv, hd // 2, 2)
         qk = torch.view_as_complex(qk if cplx else qk.float()) * rot
         qk = torch.view_as_real(qk).view(S, H + Hkv, hd).to(dt).transpose(0, 1)  # [H+Hkv, ΣT, hd]
         v = qkv[:, (H + Hkv) * hd:].view(S, Hkv, hd).transpose(0, 1)
         outs = []
         for i, r in enumerate(runners):  # attention: each sequence over its own cache
             a, b, p, t = offs[i], offs[i + 1], P[i], T[i]
+            lo, mask = spans[i]
             r.k[li, 0, :, p:p + t] = qk[H:, a:b]
             r.v[li, 0, :, p:p + t] = v[:, a:b]
             outs.append(F.scaled_dot_product_attention(  # 4-D: the fused CPU kernel
-                qk[None, :H, a:b], r.k[li, :, :, :p + t], r.v[li, :, :, :p + t],
-                attn_mask=masks[i], enable_gqa=Hkv != H)[0])  # [H, T_i, hd]
+                qk[None, :H, a:b], r.k[li, :, :, lo:p + t], r.v[li, :, :, lo:p + t],
+                attn_mask=mask, enable_gqa=Hkv != H)[0])  # [H, T_i, hd]
         o = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)  # [H, ΣT, hd]
-        x = _linear(o.transpose(0, 1).reshape(S, H * hd), wo, x)
-        g, u = _linear(_rms(x, w_post, eps), wgu).chunk(2, dim=-1)  # [ΣT, I] each
-        x = _linear(F.silu(g).mul_(u), wdown, x)
+        x = _linear(o.transpose(0, 1).reshape(S, H * hd), wo, x if e.o_b is None else x + e.o_b)
+        h = _linear(_norm(x, w_post, e.post_b, eps), wgu, e.gu_b)  # [ΣT, 2I] gated, else [ΣT, I]
+        if act is None:  # plain MLP (StarCoder2)
+            h = F.gelu(h, approximate="tanh")
+        else:
+            g, u = h.chunk(2, dim=-1)  # [ΣT, I] each
+            h = act(g).mul_(u)
+        x = _linear(h, wdown, x if e.down_b is None else x + e.down_b)
     for r, f in zip(runners, feeds):
         r.ids.extend(f)
-    logits = _f32(_linear(_rms(x, r0.norm, eps), r0.lm_head))  # [ΣT, V]
+    logits = _f32(_linear(_norm(x, r0.norm, r0.norm_b, eps), r0.lm_head))  # [ΣT, V]
     return [logits[offs[i]:offs[i + 1]] for i in range(len(runners))]
 
 
 class HFRunner(_Runner):
-    """Any HF causal LM (quantized ones included) through its DynamicCache."""
+    """Any HF causal LM (quantized ones included) through a DynamicCache.
+
+    The cache is built without the config, so every layer keeps all its positions: a
+    config-built cache gives sliding-window layers (Mistral, StarCoder2) a ring of the last W
+    tokens that cannot be cropped. The model still masks by its window."""
 
     def __init__(self, model, max_len: int | None = None):
         from transformers import DynamicCache
 
         self.model = model
         self.max_len = max_len or getattr(model.config, "max_position_embeddings", 2048)
-        self.cache = DynamicCache(config=model.config)
+        self.cache = DynamicCache()
         self.ids: list[int] = []
         self.device = next(model.parameters()).device
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
@@ -286,7 +380,7 @@ class HFRunner(_Runner):
         if n < len(self.ids):
             if n == 0:
                 from transformers import DynamicCache
-                self.cache = DynamicCache(config=self.model.config)
+                self.cache = DynamicCache()
             else:
                 self.cache.crop(n - len(self.ids))  # 5.x: a negative count of tokens to drop
             del self.ids[n:]
