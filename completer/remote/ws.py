@@ -1,7 +1,11 @@
-"""`RemoteEngine`: the engine's API (complete, warmup, count_tokens, prompt_budget) spoken to a
-running `completer serve` over its WebSocket protocol (docs/websocket.md). Synchronous and
-thread-safe: the language server calls it from worker threads; one reader thread routes the
-frames of concurrent requests by id. No torch: a language server using it stays light.
+"""`WsEngine`: the `EngineClient` interface spoken to a running `completer serve` over its
+WebSocket protocol (docs/websocket.md). Synchronous and thread-safe: callers use it from worker
+threads; one reader thread per connection routes the frames of concurrent requests by id.
+
+It carries the token (Authorization header and hello), forwards feedback and a closed document
+(`forget`), and reconnects after the service restarts: a request that finds the connection gone
+reconnects (`retries` tries with back-off) before failing with EngineError("unavailable").
+A request in flight when the connection drops fails at once (the next one reconnects).
 
 count_tokens is exact when the server's tokenizer file is readable on this machine (the server
 reports its model path), otherwise approximate: len(text) / the server's measured characters
@@ -14,81 +18,97 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from types import SimpleNamespace
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import msgpack
 
+from ..client import Completion, EngineError, StopText, prompt_budget
+from .transport import BACKOFF_MAX_S, BACKOFF_S
 
-class RemoteError(Exception):
-    """The service refused or failed a request; `code` is the protocol's error code."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(f"{code}: {message}")
-        self.code = code
-
-
-@dataclass
-class RemoteCompletion:
-    text: str
-    stats: SimpleNamespace                   # the done frame's stats as attributes (ttft_ms, ...)
-    token_ids: list[int] = field(default_factory=list)  # not sent over the wire
-    raw: dict = field(default_factory=dict)  # the done frame's stats as sent
-
-    def to_json(self) -> dict:
-        return {**self.raw, "text": self.text}
-
-
+# the service's error codes → EngineError codes (completer.client.ERROR_CODES)
+CODES = {"unauthorized": "unauthorized", "overloaded": "overloaded", "not_ready": "not_ready",
+         "bad_request": "bad_request", "bad_frame": "bad_request", "unknown_type": "bad_request",
+         "too_large": "bad_request", "internal": "internal"}
 _CLOSED = object()
 
 
-class RemoteEngine:
-    def __init__(self, url: str, token: str | None = None, *, timeout: float = 60.0,
+class WsEngine:
+    def __init__(self, url: str, token: str | None = None, *, timeout_ms: int = 10000, retries: int = 2,
                  client: str = "completer-remote"):
         u = urlsplit(url)
         self.url = urlunsplit((u.scheme, u.netloc, u.path if u.path not in ("", "/") else "/ws", u.query, ""))
-        self.token, self.timeout, self.client = token, timeout, client
+        self.token, self.timeout, self.retries, self.client = token, timeout_ms / 1e3, retries, client
         self.info: dict = {}  # the server's model description (hello frame)
         self._lock = threading.Lock()  # connection state and sends
         self._ws = None
         self._waiters: dict[int, queue.Queue] = {}
         self._ids = itertools.count(1)
+        self._last_id: dict[str, int] = {}  # doc → its last request id (feedback names it)
         self._tok = None
+        self.counters = {"requests": 0, "errors": 0, "connects": 0, "reconnects": 0}
 
     # -- connection ------------------------------------------------------------------------
     def _conn(self):
+        """The open connection; (re)connects with back-off when there is none."""
         with self._lock:
-            if self._ws is None:
-                self._open()
-            return self._ws
+            if self._ws is not None:
+                return self._ws
+            attempt = 0
+            while True:
+                try:
+                    self._open()
+                    return self._ws
+                except EngineError as e:
+                    if e.code != "unavailable" or attempt == self.retries:
+                        self.counters["errors"] += 1
+                        raise
+                time.sleep(min(BACKOFF_S * 2 ** attempt, BACKOFF_MAX_S))
+                attempt += 1
 
     def _open(self) -> None:
         """Connect, authenticate, and wait until the models are ready (caller holds the lock)."""
+        from websockets.exceptions import InvalidStatus
         from websockets.sync.client import connect
 
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
         try:
             ws = connect(self.url, additional_headers=headers, open_timeout=self.timeout, max_size=None, legacy=True,
                          compression=None)
+        except InvalidStatus as e:
+            status = e.response.status_code
+            if status in (401, 403):
+                raise EngineError(code="unauthorized", message=f"{self.url} refused the token (HTTP {status}): "
+                                                               "check the engine token") from None
+            raise EngineError(code="unavailable", message=f"{self.url} answered HTTP {status}") from None
         except Exception as e:  # noqa: BLE001 - one message for every way a connection fails
-            raise RemoteError("unavailable", f"cannot connect to {self.url}: {e}") from None
+            why = "connection refused: is `completer serve` running?" if isinstance(e, ConnectionRefusedError) \
+                else f"{type(e).__name__}: {e}"
+            raise EngineError(code="unavailable", message=f"cannot connect to {self.url} ({why})") from None
         deadline = time.monotonic() + self.timeout
-        while True:
-            ws.send(msgpack.packb({"type": "hello", "token": self.token, "client": self.client}
-                                  if self.token else {"type": "hello", "client": self.client}))
-            hello = msgpack.unpackb(ws.recv(timeout=self.timeout))
-            if hello.get("type") == "error":
-                ws.close()
-                raise RemoteError(hello["code"], hello["message"])
-            if hello.get("ready"):
-                break
-            if time.monotonic() > deadline:
-                ws.close()
-                raise RemoteError("not_ready", f"{self.url}: models still loading after {self.timeout:g} s")
-            time.sleep(0.25)
+        try:
+            while True:
+                ws.send(msgpack.packb({"type": "hello", "token": self.token, "client": self.client}
+                                      if self.token else {"type": "hello", "client": self.client}))
+                hello = msgpack.unpackb(ws.recv(timeout=self.timeout))
+                if hello.get("type") == "error":
+                    raise EngineError(code=CODES.get(hello.get("code"), "internal"), message=hello.get("message", ""))
+                if hello.get("ready"):
+                    break
+                if time.monotonic() > deadline:
+                    raise EngineError(code="not_ready", message=f"{self.url}: models still loading after "
+                                                                f"{self.timeout:g} s")
+                time.sleep(0.25)
+        except EngineError:
+            ws.close()
+            raise
+        except Exception as e:  # noqa: BLE001 - the connection dropped during the handshake
+            ws.close()
+            raise EngineError(code="unavailable", message=f"{self.url} closed the connection during hello "
+                                                          f"({type(e).__name__})") from None
         self.info = hello.get("model", {})
         self._tok = _local_tokenizer(self.info.get("target"))
+        self.counters["reconnects" if self.counters["connects"] else "connects"] += 1
         self._ws = ws
         threading.Thread(target=self._read, args=(ws,), name="completer-remote-reader", daemon=True).start()
 
@@ -109,8 +129,22 @@ class RemoteEngine:
 
     def _send(self, frame: dict) -> None:
         ws = self._conn()
-        with self._lock:
-            ws.send(msgpack.packb(frame))
+        try:
+            with self._lock:
+                ws.send(msgpack.packb(frame))
+        except Exception:  # noqa: BLE001 - the connection died under us: forget it, reconnect once
+            with self._lock:
+                if self._ws is ws:
+                    self._ws = None
+            ws = self._conn()
+            with self._lock:
+                ws.send(msgpack.packb(frame))
+
+    def warm_start(self) -> float:
+        """Connect (hello, models ready); milliseconds spent."""
+        t0 = time.perf_counter()
+        self._conn()
+        return (time.perf_counter() - t0) * 1e3
 
     def close(self) -> None:
         with self._lock:
@@ -120,13 +154,13 @@ class RemoteEngine:
 
     # -- the engine API --------------------------------------------------------------------
     def complete(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
-                 max_new: int | None = None, stop_text: Callable[[str], int | None] | None = None,
-                 cancel: threading.Event | None = None,
-                 on_text: Callable[[str], None] | None = None, language: str | None = None,
-                 node_kind: str | None = None) -> RemoteCompletion:
-        """As Engine.complete. `cancel` sends a cancel frame; `stop_text` is applied here to the
-        streamed text (a cut cancels the rest on the server)."""
+                 max_new: int | None = None, stop_text: StopText | None = None,
+                 cancel: threading.Event | None = None, on_text: Callable[[str], None] | None = None,
+                 node_kind: str | None = None, language: str | None = None) -> Completion:
+        """As EngineClient.complete. `cancel` sends a cancel frame; `stop_text` is applied here to
+        the streamed text (a cut cancels the rest on the server)."""
         rid = next(self._ids)
+        self._last_id[doc_key] = rid
         q: queue.Queue = queue.Queue()
         self._waiters[rid] = q
         frame = {"type": "complete", "id": rid, "doc": doc_key, "prefix": prefix, "suffix": suffix,
@@ -137,6 +171,7 @@ class RemoteEngine:
             frame["language"] = language
         if node_kind is not None:
             frame["node_kind"] = node_kind
+        self.counters["requests"] += 1
         text, cut, cancelled = "", None, False
         try:
             self._send(frame)
@@ -149,21 +184,29 @@ class RemoteEngine:
                 except queue.Empty:
                     continue
                 if msg is _CLOSED:
-                    raise RemoteError("unavailable", "the connection to the engine service closed")
+                    raise EngineError(code="unavailable", message=f"the connection to {self.url} closed "
+                                                                  "mid-completion (the service stopped?)")
                 if msg["type"] == "error":
-                    raise RemoteError(msg["code"], msg["message"])
+                    raise EngineError(code=CODES.get(msg.get("code"), "internal"), message=msg.get("message", ""))
                 if msg["type"] == "chunk" and cut is None:
-                    text += msg["text"]
-                    if on_text is not None:
-                        on_text(msg["text"])
+                    sent, text = len(text), text + msg["text"]
                     if stop_text is not None and (cut := stop_text(text)) is not None:
                         self._send({"type": "cancel", "id": rid})  # finished: the rest is not needed
+                        if on_text is not None and cut > sent:
+                            on_text(text[sent:cut])
+                    elif on_text is not None:
+                        on_text(msg["text"])
                 elif msg["type"] == "done":
-                    stats = {**(msg.get("stats") or {}), "cancelled": msg.get("cancelled", False)}
-                    final = text[:cut] if cut is not None else msg["text"]
+                    stats = dict(msg.get("stats") or {})
+                    stats["text"] = text[:cut] if cut is not None else msg["text"]
                     if cut is not None:
                         stats["stop_reason"] = "stop"
-                    return RemoteCompletion(final, SimpleNamespace(**stats), raw=stats)
+                    c = Completion.from_json(stats)
+                    c.extra["cancelled"] = bool(msg.get("cancelled", False))
+                    return c
+        except EngineError:
+            self.counters["errors"] += 1
+            raise
         finally:
             self._waiters.pop(rid, None)
 
@@ -173,6 +216,18 @@ class RemoteEngine:
         self._send({"type": "warmup", "doc": doc_key, "prefix": prefix, "suffix": suffix})
         return 0
 
+    def forget(self, doc_key: str) -> None:
+        """The editor closed the document: the service frees its KV slot."""
+        self._last_id.pop(doc_key, None)
+        self._send({"type": "forget", "doc": doc_key})
+
+    def feedback(self, doc_key: str, text: str, accepted: bool, accepted_chars: int | None = None) -> None:
+        frame = {"type": "feedback", "id": self._last_id.get(doc_key, 0), "doc": doc_key, "text": text,
+                 "accepted": accepted}
+        if accepted_chars is not None:
+            frame["accepted_chars"] = accepted_chars
+        self._send(frame)
+
     def count_tokens(self, text: str) -> int:
         self._conn()
         if self._tok is not None:
@@ -180,17 +235,18 @@ class RemoteEngine:
         return round(len(text) / float(self.info.get("chars_per_token") or 3.0))
 
     def prompt_budget(self, max_new: int | None = None) -> int:
-        """Engine.prompt_budget's rule from the server's ctx and draft length."""
+        """The shared rule from the server's ctx and draft length."""
         self._conn()
-        ctx = int(self.info["ctx"])
-        room = ctx - (max_new or int(self.info["max_new_tokens"])) - int(self.info["max_draft_len"]) - 1
-        return max(room, ctx // 2)
+        return prompt_budget(int(self.info["ctx"]), max_new or int(self.info["max_new_tokens"]),
+                             int(self.info["max_draft_len"]))
+
+    def stats(self) -> dict:
+        return {"engine": "ws", "url": self.url, "connected": self._ws is not None,
+                "model": self.info.get("target"), **self.counters}
 
 
 def _local_tokenizer(model_path: str | None):
     """The server's tokenizer when its model directory is on this machine, else None."""
-    from pathlib import Path
-
     if not model_path:
         return None
     tj = Path(model_path) / "tokenizer.json"

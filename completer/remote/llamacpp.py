@@ -1,0 +1,174 @@
+"""`LlamaCpp`: llama-server's native `/infill` behind the `EngineClient` interface.
+
+The server builds the FIM prompt from the model's own FIM tokens (input_prefix, input_suffix,
+`input_extra` chunks for other files). Each document gets its own slot (`id_slot`, a small LRU
+map over the server's slots) with `cache_prompt: true`, so the slot's KV cache follows the file
+and a keystroke only computes the tokens that changed; a warmup is the same request with
+`n_predict: 0`. Completions stream as SSE; the in-loop stop and `cancel` close the connection,
+which the server takes as a cancel (the slot stops generating).
+
+    llama-server -m model.gguf --port 8012 [-np 4] [--api-key KEY]
+    completer-lsp --engine llamacpp:http://127.0.0.1:8012
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+from ..client import Completion, EngineError, StopText, prompt_budget
+from .transport import Http, follow
+
+STOP_TYPES = {"eos": "eos", "limit": "length", "word": "stop"}  # llama-server's stop_type → ours
+TOKEN_MEMO = 16384  # the syntax layer counts line by line: each distinct line is tokenized once
+
+
+class LlamaCpp:
+    def __init__(self, base: str, *, api_key: str | None = None, timeout_ms: int = 10000, retries: int = 2,
+                 max_new_tokens: int = 64, temperature: float = 0.0):
+        self.http = Http(base, name="llama-server", api_key=api_key, timeout_ms=timeout_ms, retries=retries)
+        self.max_new_tokens, self.temperature = max_new_tokens, temperature
+        self.ctx = 0          # per slot, from /props
+        self.n_slots = 0
+        self.model = ""
+        self.slots: OrderedDict[str, int] = OrderedDict()  # doc → slot id, least recently used first
+        self._lock = threading.Lock()
+        self._memo: OrderedDict[str, int] = OrderedDict()
+        self.counters = {"completions": 0, "warmups": 0, "new_tokens": 0, "cached_tokens": 0,
+                         "prefill_tokens": 0, "feedback_accepted": 0, "feedback_rejected": 0}
+
+    # -- connection --------------------------------------------------------------------------
+    def warm_start(self) -> float:
+        """Read the server's context size and slot count from /props; milliseconds spent."""
+        t0 = time.perf_counter()
+        props = self.http.json("GET", "/props")
+        try:
+            self.ctx = int(props["default_generation_settings"]["n_ctx"])
+            self.n_slots = int(props.get("total_slots") or 1)
+            self.model = str(props.get("model_alias") or props.get("model_path") or "")
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise EngineError(code="internal", message=f"llama-server at {self.http.base}: /props has no "
+                                                       "default_generation_settings.n_ctx (not a llama-server?)") from None
+        return (time.perf_counter() - t0) * 1e3
+
+    def _ready(self) -> None:
+        if not self.ctx:
+            self.warm_start()
+
+    def _slot(self, doc_key: str) -> int:
+        """The document's slot: its own while it is among the n_slots most recently used."""
+        with self._lock:
+            if doc_key in self.slots:
+                self.slots.move_to_end(doc_key)
+                return self.slots[doc_key]
+            used = set(self.slots.values())
+            free = [s for s in range(self.n_slots) if s not in used]
+            if free:
+                slot = free[0]
+            else:
+                _, slot = self.slots.popitem(last=False)
+            self.slots[doc_key] = slot
+            return slot
+
+    # -- the engine API ----------------------------------------------------------------------
+    def _body(self, prefix: str, suffix: str, doc_key: str, n_predict: int, stream: bool,
+              extra_files: list[tuple[str, str]] | None) -> dict:
+        body = {"input_prefix": prefix, "input_suffix": suffix, "n_predict": n_predict,
+                "cache_prompt": True, "id_slot": self._slot(doc_key), "stream": stream,
+                "temperature": self.temperature}
+        if extra_files:
+            body["input_extra"] = [{"filename": name, "text": text} for name, text in extra_files]
+        return body
+
+    def complete(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
+                 max_new: int | None = None, stop_text: StopText | None = None,
+                 cancel: threading.Event | None = None, on_text: Callable[[str], None] | None = None,
+                 node_kind: str | None = None, language: str | None = None,
+                 extra_files: list[tuple[str, str]] | None = None) -> Completion:
+        """As EngineClient.complete; `extra_files` [(filename, text)] go to the server as
+        `input_extra` context chunks."""
+        t0 = time.perf_counter()
+        self._ready()
+        if cancel is not None and cancel.is_set():
+            return Completion("", stop_reason="cancelled")
+        n = max_new or self.max_new_tokens
+        events = self.http.stream("/infill", self._body(prefix, suffix, doc_key, n, True, extra_files), cancel,
+                                  done=lambda ev: bool(ev.get("stop")))
+        text, last, why, ttft = follow(events, lambda ev: "" if ev.get("stop") else ev.get("content") or "",
+                                       stop_text, on_text, cancel, t0)
+        if last.get("stop"):  # the final event: the server's own stop reason and timings
+            text += last.get("content") or ""
+        timings = last.get("timings") or {}
+        cached, computed = int(timings.get("cache_n", 0)), int(timings.get("prompt_n", 0))
+        new = int(last.get("tokens_predicted") or 0)
+        total = (time.perf_counter() - t0) * 1e3
+        c = self.counters
+        c["completions"] += 1
+        c["new_tokens"] += new
+        c["cached_tokens"] += cached
+        c["prefill_tokens"] += computed
+        return Completion(text, new_tokens=new, target_forwards=new, accepted_per_forward=1.0 if new else 0.0,
+                          ttft_ms=ttft if ttft is not None else total, total_ms=total,
+                          prompt_tokens=cached + computed if timings else int(last.get("tokens_evaluated") or 0),
+                          prefill_tokens=computed,
+                          stop_reason=why or STOP_TYPES.get(last.get("stop_type", ""), last.get("stop_type", "")),
+                          extra={"tokens_cached": cached, "id_slot": self.slots.get(doc_key),
+                                 "server_ms": {k: timings[k] for k in ("prompt_ms", "predicted_ms") if k in timings}})
+
+    def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default") -> int:
+        """Prefill the document's slot (`n_predict: 0`); returns the prompt tokens computed."""
+        self._ready()
+        r = self.http.json("POST", "/infill", self._body(prefix, suffix, doc_key, 0, False, None))
+        computed = int(((r.get("timings") or {}) if isinstance(r, dict) else {}).get("prompt_n", 0))
+        self.counters["warmups"] += 1
+        self.counters["prefill_tokens"] += computed
+        return computed
+
+    def forget(self, doc_key: str) -> None:
+        """Free the document's slot mapping, and erase the slot's cache where the server allows it
+        (it needs `--slot-save-path`; otherwise the slot is simply reused by the next document)."""
+        with self._lock:
+            slot = self.slots.pop(doc_key, None)
+        if slot is None:
+            return
+        try:
+            self.http.json("POST", f"/slots/{slot}?action=erase")
+        except EngineError as e:
+            if e.code not in ("bad_request", "internal"):  # 501 (not enabled) is fine; a dead server is not
+                raise
+
+    def feedback(self, doc_key: str, text: str, accepted: bool, accepted_chars: int | None = None) -> None:
+        """llama-server has no feedback endpoint: counted here (stats)."""
+        self.counters["feedback_accepted" if accepted else "feedback_rejected"] += 1
+
+    def count_tokens(self, text: str) -> int:
+        """Exact, by the server's /tokenize; each distinct text once (LRU memo)."""
+        if not text:
+            return 0
+        with self._lock:
+            if text in self._memo:
+                self._memo.move_to_end(text)
+                return self._memo[text]
+        r = self.http.json("POST", "/tokenize", {"content": text})
+        if not isinstance(r, dict) or not isinstance(r.get("tokens"), list):
+            raise EngineError(code="internal", message=f"llama-server at {self.http.base}: /tokenize "
+                                                       "answered without a token list")
+        n = len(r["tokens"])
+        with self._lock:
+            self._memo[text] = n
+            while len(self._memo) > TOKEN_MEMO:
+                self._memo.popitem(last=False)
+        return n
+
+    def prompt_budget(self, max_new: int | None = None) -> int:
+        self._ready()
+        return prompt_budget(self.ctx, max_new or self.max_new_tokens)
+
+    def stats(self) -> dict:
+        return {"engine": "llamacpp", "url": self.http.base, "model": self.model, "ctx": self.ctx,
+                "slots": self.n_slots, "kv_cached_documents": len(self.slots), **self.counters,
+                **self.http.counters}
+
+    def close(self) -> None:
+        """Nothing held open: every request has its own connection."""

@@ -1,0 +1,235 @@
+"""`OpenAI`: `/v1/completions` of any OpenAI-compatible server (vLLM, SGLang, llama-server, Ollama,
+our own `completer serve`) behind the `EngineClient` interface.
+
+The FIM prompt is built here from the model family's format (`fim_format` names the family;
+"auto" reads it from the model name the server reports at /v1/models); "suffix" sends OpenAI's
+`suffix` field and lets the server build it (our `completer serve`). Completions stream as SSE;
+the in-loop stop and `cancel` close the connection. The document key goes in `user`, which our
+server uses to keep the document's KV cache. The API key (`api_key`, else `COMPLETER_API_KEY`)
+is sent as `Authorization: Bearer` and nowhere else.
+
+    completer-lsp --engine openai:http://127.0.0.1:8000/v1   # e.g. vllm serve Qwen/Qwen2.5-Coder-1.5B
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..client import Completion, EngineError, StopText, prompt_budget
+from .transport import Http, follow
+
+DEFAULT_CTX = 2048      # when the server does not say (vLLM says max_model_len, llama-server n_ctx_train)
+CHARS_PER_TOKEN = 3.0   # token estimate when the server has no /tokenize: errs towards more tokens
+TOKEN_MEMO = 16384
+
+
+@dataclass(frozen=True)
+class FimFormat:
+    """How one model family spells a fill-in-the-middle prompt."""
+    name: str
+    layout: str            # "psm" | "spm" | "suffix" (the server builds it from `suffix`)
+    prefix: str = ""
+    suffix: str = ""
+    middle: str = ""
+    stop: tuple[str, ...] = ()
+
+    def prompt(self, prefix: str, suffix: str) -> str:
+        if self.layout == "spm":  # as the embedded pair was trained: the prompt ends at the cursor
+            return f"{self.suffix}{suffix}{self.middle}{prefix}"
+        if self.layout == "psm":
+            return f"{self.prefix}{prefix}{self.suffix}{suffix}{self.middle}"
+        return prefix
+
+
+FORMATS = {f.name: f for f in (
+    FimFormat("completer", "spm", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", ("<|endoftext|>",)),
+    FimFormat("starcoder", "psm", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", ("<|endoftext|>", "<file_sep>")),
+    FimFormat("qwen", "psm", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>",
+              ("<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|im_end|>")),
+    FimFormat("codegemma", "psm", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>",
+              ("<|file_separator|>", "<eos>")),
+    FimFormat("codellama", "psm", "<PRE> ", " <SUF>", " <MID>", ("<EOT>", "</s>")),
+    FimFormat("deepseek", "psm", "<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>", ("<｜end▁of▁sentence｜>",)),
+    FimFormat("suffix", "suffix"),
+)}
+# model-name substring → family, first match wins ("auto")
+AUTO = (("qwen", "qwen"), ("codegemma", "codegemma"), ("codellama", "codellama"), ("code-llama", "codellama"),
+        ("deepseek", "deepseek"), ("starcoder", "starcoder"), ("santacoder", "starcoder"))
+
+
+def fim_format_for(name: str, model: str, owned_by: str = "") -> FimFormat:
+    """The format named by `name`, or for "auto" the one the model name implies."""
+    if name != "auto":
+        if name not in FORMATS:
+            raise EngineError(code="bad_request", message=f"fim_format {name!r}: use auto or one of "
+                                                          f"{', '.join(FORMATS)}")
+        return FORMATS[name]
+    if owned_by == "completer":  # our own server builds the prompt for its model
+        return FORMATS["suffix"]
+    low = model.lower()
+    for key, fam in AUTO:
+        if key in low:
+            return FORMATS[fam]
+    raise EngineError(code="model", message=f"cannot tell the FIM format of model {model!r} from its name: "
+                                            f"set fim_format to one of {', '.join(FORMATS)}")
+
+
+class OpenAI:
+    def __init__(self, base: str, *, api_key: str | None = None, model: str | None = None,
+                 fim_format: str = "auto", timeout_ms: int = 10000, retries: int = 2,
+                 max_new_tokens: int = 64, temperature: float = 0.0):
+        # requests go to {root}/v1/completions; /tokenize lives beside /v1, at the root
+        self.api = "/v1"
+        self.http = Http(base.rstrip("/").removesuffix("/v1"), name="the OpenAI-compatible server", api_key=api_key, timeout_ms=timeout_ms,
+                         retries=retries)
+        self.model, self.fim_name = model, fim_format
+        self.max_new_tokens, self.temperature = max_new_tokens, temperature
+        self.fmt: FimFormat | None = None
+        self.ctx = 0
+        self.exact_tokens = False  # whether the server answered /tokenize
+        self._lock = threading.Lock()
+        self._memo: OrderedDict[str, int] = OrderedDict()
+        self.counters = {"completions": 0, "warmups": 0, "new_tokens": 0, "prompt_tokens": 0,
+                         "feedback_accepted": 0, "feedback_rejected": 0}
+
+    # -- connection --------------------------------------------------------------------------
+    def warm_start(self) -> float:
+        """Check the model against /v1/models, choose the FIM format, the context size and a
+        token counter; milliseconds spent."""
+        t0 = time.perf_counter()
+        r = self.http.json("GET", self.api + "/models")
+        models = r.get("data") if isinstance(r, dict) else None
+        if not isinstance(models, list) or not all(isinstance(m, dict) and "id" in m for m in models):
+            raise EngineError(code="internal", message=f"{self.http.base}{self.api}/models did not list models "
+                                                       "(not an OpenAI-compatible server?)")
+        ids = [str(m["id"]) for m in models]
+        if not ids:
+            raise EngineError(code="model", message=f"the server at {self.http.base} serves no model yet")
+        if self.model is None:
+            self.model = ids[0]
+        elif self.model not in ids:
+            raise EngineError(code="model", message=f"the server at {self.http.base} has no model "
+                                                    f"{self.model!r}; it serves: {', '.join(ids)} (engine_model)")
+        info = models[ids.index(self.model)]
+        self.fmt = fim_format_for(self.fim_name, self.model, str(info.get("owned_by", "")))
+        meta = info.get("meta") if isinstance(info.get("meta"), dict) else {}
+        self.ctx = int(info.get("max_model_len") or info.get("context_length") or meta.get("n_ctx_train")
+                       or DEFAULT_CTX)
+        try:  # llama-server and our server read "content", vLLM and SGLang "prompt"
+            self.exact_tokens = isinstance(self._tokenize("def"), int)
+        except EngineError:
+            self.exact_tokens = False
+        return (time.perf_counter() - t0) * 1e3
+
+    def _ready(self) -> None:
+        if self.fmt is None:
+            self.warm_start()
+
+    def _tokenize(self, text: str) -> int:
+        body = {"content": text, "prompt": text, "model": self.model, "add_special": False,
+                "add_special_tokens": False}
+        r = self.http.json("POST", "/tokenize", body)
+        if not isinstance(r, dict) or not isinstance(r.get("tokens"), list):
+            raise EngineError(code="internal", message="/tokenize answered without a token list")
+        return len(r["tokens"])
+
+    # -- the engine API ----------------------------------------------------------------------
+    def _body(self, prefix: str, suffix: str, doc_key: str, max_tokens: int, stream: bool) -> dict:
+        fmt = self.fmt
+        body = {"model": self.model, "prompt": fmt.prompt(prefix, suffix), "max_tokens": max_tokens,
+                "temperature": self.temperature, "stream": stream, "user": doc_key}
+        if fmt.layout == "suffix":
+            body["suffix"] = suffix
+        if fmt.stop:
+            body["stop"] = list(fmt.stop)
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    def complete(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
+                 max_new: int | None = None, stop_text: StopText | None = None,
+                 cancel: threading.Event | None = None, on_text: Callable[[str], None] | None = None,
+                 node_kind: str | None = None, language: str | None = None) -> Completion:
+        t0 = time.perf_counter()
+        self._ready()
+        if cancel is not None and cancel.is_set():
+            return Completion("", stop_reason="cancelled")
+        events = self.http.stream(self.api + "/completions", self._body(prefix, suffix, doc_key,
+                                                              max_new or self.max_new_tokens, True),
+                                  cancel, done=lambda ev: False)  # until data: [DONE]
+        finish: dict = {}
+        usage: dict = {}
+
+        def text_of(ev: dict) -> str:
+            if isinstance(ev.get("usage"), dict):
+                usage.update(ev["usage"])
+            choices = ev.get("choices")
+            if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+                return ""
+            if choices[0].get("finish_reason"):
+                finish["reason"] = choices[0]["finish_reason"]
+            return str(choices[0].get("text") or "")
+
+        text, _, why, ttft = follow(events, text_of, stop_text, on_text, cancel, t0)
+        total = (time.perf_counter() - t0) * 1e3
+        new = int(usage.get("completion_tokens") or 0)
+        prompt = int(usage.get("prompt_tokens") or 0)
+        cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+        self.counters["completions"] += 1
+        self.counters["new_tokens"] += new
+        self.counters["prompt_tokens"] += prompt
+        return Completion(text, new_tokens=new, target_forwards=new, accepted_per_forward=1.0 if new else 0.0,
+                          ttft_ms=ttft if ttft is not None else total, total_ms=total, prompt_tokens=prompt,
+                          prefill_tokens=prompt - cached,
+                          stop_reason=why or {"stop": "eos", "length": "length"}.get(finish.get("reason", ""), ""),
+                          extra={"model": self.model, "fim_format": self.fmt.name, "tokens_cached": cached})
+
+    def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default") -> int:
+        """A one-token request (servers refuse `max_tokens: 0`): the server's prefix cache keeps
+        the prompt. Returns the prompt tokens the server reports (0 if it does not)."""
+        self._ready()
+        r = self.http.json("POST", self.api + "/completions", self._body(prefix, suffix, doc_key, 1, False))
+        usage = r.get("usage") if isinstance(r, dict) and isinstance(r.get("usage"), dict) else {}
+        self.counters["warmups"] += 1
+        return int(usage.get("prompt_tokens") or 0)
+
+    def forget(self, doc_key: str) -> None:
+        """The API has no way to free a document's cache: the server's own policy evicts it."""
+
+    def feedback(self, doc_key: str, text: str, accepted: bool, accepted_chars: int | None = None) -> None:
+        """No feedback endpoint in the API: counted here (stats)."""
+        self.counters["feedback_accepted" if accepted else "feedback_rejected"] += 1
+
+    def count_tokens(self, text: str) -> int:
+        """Exact by the server's /tokenize when it has one (memoised per distinct text), else
+        len(text) / CHARS_PER_TOKEN rounded up."""
+        if not text:
+            return 0
+        self._ready()
+        if not self.exact_tokens:
+            return -(-len(text) // int(CHARS_PER_TOKEN))
+        with self._lock:
+            if text in self._memo:
+                self._memo.move_to_end(text)
+                return self._memo[text]
+        n = self._tokenize(text)
+        with self._lock:
+            self._memo[text] = n
+            while len(self._memo) > TOKEN_MEMO:
+                self._memo.popitem(last=False)
+        return n
+
+    def prompt_budget(self, max_new: int | None = None) -> int:
+        self._ready()
+        return prompt_budget(self.ctx, max_new or self.max_new_tokens)
+
+    def stats(self) -> dict:
+        return {"engine": "openai", "url": self.http.base, "model": self.model,
+                "fim_format": self.fmt.name if self.fmt else None, "ctx": self.ctx,
+                "exact_tokens": self.exact_tokens, **self.counters, **self.http.counters}
+
+    def close(self) -> None:
+        """Nothing held open: every request has its own connection."""
