@@ -1,4 +1,6 @@
-"""`completer ...`: one completion from a file position or a raw prompt, and the engine service."""
+"""`completer ...`: one completion from a file position or a raw prompt, the engine service, and
+the option schema (`options --json-schema`, `config`). Every option flag comes from
+completer.config; this module only adds the command's own arguments."""
 from __future__ import annotations
 
 import argparse
@@ -7,42 +9,12 @@ import os
 import sys
 from pathlib import Path
 
+from . import config
+from .client import EngineError
+
 
 class UsageError(Exception):
     """Bad input from the user: one line on stderr, exit code 2."""
-
-
-def _engine_args(ap: argparse.ArgumentParser) -> None:
-    g = ap.add_argument_group("models and decoding (same names as the LSP initializationOptions)")
-    g.add_argument("--target", help="target model: HF model directory or hub id (default: embedded pair)")
-    g.add_argument("--draft", help="draft model sharing the target's tokenizer (default: embedded pair)")
-    g.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
-    g.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
-    g.add_argument("--quant", default="auto",
-                   help="target weights: auto (fp16 storage for a 16-bit checkpoint on CPU, else none) | "
-                        "none | fp16 | int8 | nf4 (bitsandbytes) | fast-int8 | mixed (ours)")
-    g.add_argument("--quant-groups", default="embed=fp16,attn=int8,mlp=int4,head=int8",
-                   help="per-group precision for --quant mixed (embed, attn, mlp, head)")
-    g.add_argument("--drafter", default="combined", help="combined | model | ngram | fastpath | none")
-    g.add_argument("--draft-len", type=int, default=4, help="initial draft length k (adapted)")
-    g.add_argument("--max-new-tokens", type=int, default=64)
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--greedy", action="store_true", help="greedy decoding (temperature 0)")
-    g.add_argument("--no-speculative", action="store_true", help="plain decoding, no drafter")
-    g.add_argument("--kv-budget-mb", type=float, default=256.0)
-    g.add_argument("--seed", type=int, default=0)
-
-
-def engine_config(a: argparse.Namespace):
-    from .engine.engine import EngineConfig
-
-    return EngineConfig(
-        target=a.target, draft=a.draft, device=a.device, dtype=a.dtype, quant=a.quant,
-        quant_groups=a.quant_groups,
-        drafter="none" if a.no_speculative else a.drafter, draft_len=a.draft_len,
-        max_new_tokens=a.max_new_tokens, temperature=0.0 if a.greedy else a.temperature,
-        top_p=a.top_p, kv_budget_mb=a.kv_budget_mb, seed=a.seed)
 
 
 def read_source_file(path: str) -> str:
@@ -63,38 +35,55 @@ def read_source_file(path: str) -> str:
         raise UsageError(f"{path} is not UTF-8 (byte {e.start}); re-encode it as UTF-8") from None
 
 
-def cmd_complete(a: argparse.Namespace) -> int:
-    from .engine.engine import Engine
+def resolve(a: argparse.Namespace, scopes: tuple[str, ...], project_start) -> config.Resolved:
+    """Files < flags, with the CLI's two shorthands; warnings go to stderr (the run goes on)."""
+    cli = config.from_args(a)
+    if getattr(a, "greedy", False):
+        cli["temperature"] = 0.0
+    if getattr(a, "no_speculative", False):
+        cli["drafter"] = "none"
+    if "token" in config.OPTIONS and "token" not in cli and os.environ.get("COMPLETER_TOKEN") and "serve" in scopes:
+        cli["token"] = os.environ["COMPLETER_TOKEN"]
+    layers, warnings = config.file_layers(project_start)
+    r = config.resolve([*layers, ("command line", cli)], scopes)
+    for w in warnings + r.warnings:
+        print(f"completer: warning: {w}", file=sys.stderr)
+    return r
 
+
+def cmd_complete(a: argparse.Namespace) -> int:
     if a.prompt_file is None and a.path is None:
         raise UsageError("give a PATH with --line/--col, or --prompt-file")
+    if a.prompt_file is None and (a.line is None or a.col is None):
+        raise UsageError("--line and --col are required with PATH")
+    r = resolve(a, ("engine", "client", "syntax"), a.prompt_file or a.path)
     if a.prompt_file is not None:
-        prompt_text = read_source_file(a.prompt_file)
-        engine = Engine(engine_config(a))
-        prompt = engine.tok.encode(prompt_text, add_special_tokens=False).ids
-        if not prompt:
-            raise UsageError(f"{a.prompt_file} is empty")
-        if len(prompt) + 1 > engine.ctx:
-            raise UsageError(f"prompt of {len(prompt)} tokens does not fit the model's context of {engine.ctx}")
-        from .engine.engine import Completion
-        ids, st = engine.complete_ids(prompt, max_new=a.max_new_tokens)
-        c = Completion(engine.decode(ids), ids, st, engine.cfg.drafter != "none")
-    else:
-        if a.line is None or a.col is None:
-            raise UsageError("--line and --col are required with PATH")
-        return _complete_file(a)
-    if a.json:
-        print(json.dumps(c.to_json()))
-    else:
-        print(c.text)
+        return _complete_raw(a, r)
+    return _complete_file(a, r)
+
+
+def _complete_raw(a: argparse.Namespace, r: config.Resolved) -> int:
+    """Raw prompt mode: no syntax layer; the ids are the target's own greedy ids with --greedy.
+    A prompt longer than the context keeps its last tokens (how many were dropped is reported)."""
+    from .engine.engine import Engine, to_completion
+
+    text = read_source_file(a.prompt_file)
+    engine = Engine(r.build(config.EngineConfig))
+    prompt = engine.tok.encode(text, add_special_tokens=False).ids
+    if not prompt:
+        raise UsageError(f"{a.prompt_file} is empty")
+    keep = engine.prompt_budget(engine.cfg.max_new_tokens)
+    dropped = max(len(prompt) - keep, 0)
+    ids, st = engine.complete_ids(prompt[dropped:])
+    c = to_completion(engine.decode(ids), ids, st, engine.cfg.drafter != "none", prompt_tokens_dropped=dropped)
+    print(json.dumps(c.to_json()) if a.json else c.text)
     return 0
 
 
-def _complete_file(a: argparse.Namespace) -> int:
+def _complete_file(a: argparse.Namespace, r: config.Resolved) -> int:
     """File mode: the syntax-aware pipeline (gate → context → engine → post-process)."""
     from .documents import PositionError, language_for
-    from .engine.engine import Engine
-    from .pipeline import CompletionOptions, _snapshot, complete_at, resolve_offset
+    from .pipeline import CompletionOptions, _snapshot, complete_at, make_engine, resolve_offset
 
     text = read_source_file(a.path)
     language = language_for(path=a.path)
@@ -103,19 +92,69 @@ def _complete_file(a: argparse.Namespace) -> int:
         resolve_offset(snap, (a.line, a.col))
     except PositionError as e:
         raise UsageError(str(e)) from None
-    engine = Engine(engine_config(a))
-    r = complete_at(engine, snap, (a.line, a.col), language=language,
-                    doc_key=str(Path(a.path).resolve()),
-                    options=CompletionOptions(max_new_tokens=a.max_new_tokens))
+    engine = make_engine(**{k: r.values[k] for k in r.values if config.OPTIONS[k].scope in ("engine", "client")})
+    opts = CompletionOptions(max_new_tokens=r.values["max_new_tokens"], syntax=r.build(config.SyntaxOptions))
+    c = complete_at(engine, snap, (a.line, a.col), language=language, doc_key=str(Path(a.path).resolve()),
+                    options=opts)
     if a.json:
-        eng = r.stats.pop("engine", None) or {"new_tokens": 0, "target_forwards": 0,
-                                              "accepted_per_forward": 0.0, "ttft_ms": 0.0}
-        out = {**eng, **r.stats, "text": r.text,
-               "total_ms": r.stats.get("total_ms", r.stats.get("syntax_ms", 0.0)),
-               "speculative": engine.cfg.drafter != "none"}
-        print(json.dumps(out))
+        print(json.dumps(c.to_json()))
     else:
-        print(r.text)
+        print(c.text)
+    engine.close()
+    return 0
+
+
+def cmd_serve(a: argparse.Namespace) -> int:
+    from .serve.app import run
+
+    r = resolve(a, ("engine", "serve"), Path.cwd())
+    serve_cfg, engine_cfg = r.build(config.ServeConfig), r.build(config.EngineConfig)
+    if not _loopback(serve_cfg.host) and not serve_cfg.token:
+        raise UsageError(f"--host {serve_cfg.host} is not a loopback address: give --token (or COMPLETER_TOKEN) "
+                         "so that other machines cannot use the service unauthenticated")
+
+    def make_engine():
+        from .engine.engine import Engine
+
+        return Engine(engine_cfg)
+
+    return run(serve_cfg, make_engine)
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host in ("localhost", "[::1]"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve anywhere
+
+
+def cmd_options(a: argparse.Namespace) -> int:
+    scopes = a.scope or tuple(config.SCOPES)
+    if a.json_schema:
+        print(json.dumps(config.json_schema(scopes), indent=2))
+        return 0
+    for o in (o for o in config.OPTIONS.values() if o.scope in scopes):
+        print(f"{o.name:24} {o.scope:7} {config.show(o, o.default):>12}  {o.meta['help']}")
+    return 0
+
+
+def cmd_config(a: argparse.Namespace) -> int:
+    """The effective values for a file (or the current directory) and where each came from."""
+    layers, warnings = config.file_layers(a.path or Path.cwd())
+    r = config.resolve([*layers, ("command line", config.from_args(a))], ("engine", "client", "syntax", "lsp"))
+    for w in warnings + r.warnings:
+        print(f"completer: warning: {w}", file=sys.stderr)
+    shown = {n: (None if config.OPTIONS[n].meta.get("secret") and v else v) for n, v in r.values.items()}
+    if a.json:
+        print(json.dumps({n: {"value": list(v) if isinstance(v, tuple) else v, "source": r.sources[n]}
+                          for n, v in shown.items()}, indent=2))
+        return 0
+    for n, v in r.values.items():
+        print(f"{n:24} {config.show(config.OPTIONS[n], v):>40}  {r.sources[n]}")
     return 0
 
 
@@ -128,34 +167,28 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--col", type=int, help="0-based column in characters")
     c.add_argument("--prompt-file", help="raw prompt mode: continue this text (no syntax layer)")
     c.add_argument("--json", action="store_true", help="print one JSON object")
-    _engine_args(c)
-    s = sub.add_parser("serve", help="the engine service: WebSocket+msgpack at /ws, /metrics, /health")
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=7421)
-    s.add_argument("--token", default=os.environ.get("COMPLETER_TOKEN"),
-                   help="auth token (required for a non-loopback --host; env COMPLETER_TOKEN)")
-    s.add_argument("--allow-origin", action="append", default=[],
-                   help="browser Origin allowed to connect (repeatable; default: none but localhost pages)")
-    s.add_argument("--max-frame-bytes", type=int, default=4 * 2**20)
-    s.add_argument("--max-batch", type=int, default=8,
-                   help="live generations whose forwards step together (1 = serial)")
-    s.add_argument("--batch-wait-ms", type=float, default=2.0,
-                   help="how long a step waits for the other live generations")
-    _engine_args(s)
+    c.add_argument("--greedy", action="store_true", help="greedy decoding (temperature 0)")
+    c.add_argument("--no-speculative", action="store_true", help="plain decoding, no drafter")
+    config.add_arguments(c, ("engine", "client", "syntax"))
+    s = sub.add_parser("serve", help="the engine service: WebSocket+msgpack at /ws, OpenAI /v1/completions, "
+                                     "/metrics, /health")
+    config.add_arguments(s, ("serve", "engine"))
+    o = sub.add_parser("options", help="list the options (the one schema behind flags, LSP options, config files)")
+    o.add_argument("--json-schema", action="store_true", help="print them as a JSON Schema")
+    o.add_argument("--scope", action="append", choices=tuple(config.SCOPES), help="only these scopes")
+    g = sub.add_parser("config", help="print the effective option values and where each came from")
+    g.add_argument("path", nargs="?", help="a file or directory whose .completer.toml applies (default: cwd)")
+    g.add_argument("--json", action="store_true")
+    config.add_arguments(g, ("engine", "client", "syntax", "lsp"))
     a = ap.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _quiet_libraries()
-    from .engine.models import ModelError
+    commands = {"complete": cmd_complete, "serve": cmd_serve, "options": cmd_options, "config": cmd_config}
     try:
-        if a.cmd == "complete":
-            return cmd_complete(a)
-        if a.cmd == "serve":
-            from .server import serve_main
-            return serve_main(a)
-    except (UsageError, ModelError) as e:
+        return commands[a.cmd](a)
+    except (UsageError, EngineError) as e:
         print(f"completer: error: {e}", file=sys.stderr)
         return 2
-    return 0
 
 
 def _quiet_libraries() -> None:

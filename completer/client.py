@@ -18,12 +18,17 @@ ERROR_CODES = ("unavailable", "unauthorized", "overloaded", "bad_request", "not_
 
 
 class EngineError(Exception):
-    """An engine could not serve a request. `code` is one of ERROR_CODES; `message` is written
-    for the user; `retry_after` (seconds) when the engine said when to come back."""
+    """An engine could not serve a request. `code` is one of ERROR_CODES (a subclass may fix
+    it); `message` is written for the user; `retry_after` (seconds) when the engine said when
+    to come back."""
 
-    def __init__(self, code: str, message: str, retry_after: float | None = None):
-        super().__init__(f"{code}: {message}")
-        self.code, self.message, self.retry_after = code, message, retry_after
+    code = "internal"
+
+    def __init__(self, message: str, code: str | None = None, retry_after: float | None = None):
+        super().__init__(message)
+        self.message, self.retry_after = message, retry_after
+        if code is not None:
+            self.code = code
 
 
 @dataclass

@@ -1,50 +1,28 @@
 """The completion pipeline shared by the language server, the CLI and the benchmarks, without
 torch: gate → context → engine.complete (with the in-loop syntax stop) → post-process.
 
-The engine is anything that satisfies `EngineClient`: the in-process `Engine`, or a remote client
-of `completer serve`. `make_engine` builds one from the option names the CLI and the LSP share.
+The engine is any `completer.client.EngineClient`: the in-process `Engine` or a remote engine.
+`make_engine` builds one from the option names the CLI and the LSP share. Every result is the one
+flat `Completion`; the syntax layer's decisions go in its `extra`.
 """
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
 
+from .client import Completion, EngineClient
 from .documents import PositionError, Snapshot, language_for, parse_snapshot
 from .syntax import Mode, SyntaxOptions, gate, make_stop, node_kind, postprocess, select_context
 
 FIM_TOKENS = 3  # <fim_suffix>, <fim_middle> and <fim_prefix>/none: the engine's build_prompt keeps 3
 
 
-@runtime_checkable
-class EngineClient(Protocol):
-    def complete(self, prefix: str, suffix: str, *, doc_key: str, max_new: int | None = None,
-                 stop_text: Callable[[str], int | None] | None = None,
-                 cancel: threading.Event | None = None,
-                 on_text: Callable[[str], None] | None = None, node_kind: str | None = None) -> object: ...
-
-    def warmup(self, prefix: str, suffix: str = "", *, doc_key: str) -> int: ...
-
-    def count_tokens(self, text: str) -> int: ...
-
-    def prompt_budget(self, max_new: int | None = None) -> int: ...
-
-
 @dataclass(frozen=True)
 class CompletionOptions:
     max_new_tokens: int | None = None   # None = the engine's own default
     syntax: SyntaxOptions = SyntaxOptions()
-
-
-@dataclass
-class Result:
-    text: str
-    stats: dict = field(default_factory=dict)
-
-    def to_json(self) -> dict:
-        return {"text": self.text, **self.stats}
 
 
 def resolve_offset(snap: Snapshot, position: int | tuple[int, int]) -> int:
@@ -80,18 +58,18 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
                 language: str | None = None, doc_key: str = "_default",
                 options: CompletionOptions = CompletionOptions(),
                 cancel: threading.Event | None = None,
-                on_text: Callable[[str], None] | None = None) -> Result:
+                on_text: Callable[[str], None] | None = None) -> Completion:
     """One completion at `position` of `text` (a string, or a documents.Snapshot with its tree).
     `on_text` receives raw deltas as they are verified; the returned text is post-processed."""
     t0 = time.perf_counter()
     snap = _snapshot(text, language)
     offset = resolve_offset(snap, position)
     decision, ctx = prompt_for(engine, snap, offset, options)
-    stats: dict = {"gate": decision.mode.value, "gate_reason": decision.reason, "node_kind": None,
-                   "language": snap.language or "plaintext"}
+    syntax: dict = {"gate": decision.mode.value, "gate_reason": decision.reason, "node_kind": None,
+                    "language": snap.language or "plaintext"}
     if ctx is None:
-        stats["syntax_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
-        return Result("", stats)
+        ms = round((time.perf_counter() - t0) * 1e3, 3)
+        return Completion("", total_ms=ms, stop_reason="gated", extra={**syntax, "syntax_ms": ms})
     stop = make_stop(snap, offset, decision.mode, options.syntax)
     t1 = time.perf_counter()
     kind = node_kind(snap, offset)  # the engine adapts its draft length per kind of node
@@ -103,18 +81,14 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
     post = postprocess(snap, offset, raw if cut is None else raw[:cut], decision.mode,
                        options.syntax.parse_check)
     t3 = time.perf_counter()
-    ej = comp.to_json()
-    stats.update({
-        "node_kind": kind, "prompt_tokens": ctx.tokens, "raw_prompt_tokens": ctx.raw_tokens, "tokens_saved": ctx.saved,
-        "spans": [(s.kind, s.start, s.end) for s in ctx.spans],
-        "raw_text": raw, "postprocess": post.reason, "parse_errors_before": post.errors_before,
-        "parse_errors_after": post.errors_after,
-        "syntax_ms": round((t1 - t0) * 1e3, 3), "engine_ttft_ms": ej.get("ttft_ms"),
-        "engine_total_ms": round((t2 - t1) * 1e3, 3), "postprocess_ms": round((t3 - t2) * 1e3, 3),
-        "total_ms": round((t3 - t0) * 1e3, 3),
-        "engine": {k: v for k, v in ej.items() if k not in ("text", "token_ids")},
-    })
-    return Result(post.text, stats)
+    comp.extra.update(syntax, node_kind=kind, context_tokens=ctx.tokens, raw_context_tokens=ctx.raw_tokens,
+                      tokens_saved=ctx.saved, spans=[(s.kind, s.start, s.end) for s in ctx.spans],
+                      raw_text=raw, postprocess=post.reason, parse_errors_before=post.errors_before,
+                      parse_errors_after=post.errors_after, syntax_ms=round((t1 - t0) * 1e3, 3),
+                      engine_total_ms=round((t2 - t1) * 1e3, 3), postprocess_ms=round((t3 - t2) * 1e3, 3))
+    comp.text = post.text
+    comp.total_ms = (t3 - t0) * 1e3
+    return comp
 
 
 def warmup_at(engine: EngineClient, snap: Snapshot, offset: int, *, doc_key: str,
@@ -125,17 +99,22 @@ def warmup_at(engine: EngineClient, snap: Snapshot, offset: int, *, doc_key: str
     return 0 if ctx is None else engine.warmup(ctx.prefix, ctx.suffix, doc_key=doc_key)
 
 
-ENGINE_OPTION_NAMES = ("target", "draft", "device", "dtype", "quant", "quant_groups", "drafter", "draft_len",
-                       "max_new_tokens", "temperature", "top_p", "kv_budget_mb", "seed")
-
-
-def make_engine(engine: str | None = None, **config) -> EngineClient:
-    """A remote client when `engine` is a ws:// URL (a running `completer serve`), else the
-    in-process engine built from EngineConfig fields (the CLI flag names). Loads models: slow."""
+def make_engine(engine: str | None = None, *, engine_api_key: str | None = None, engine_model: str | None = None,
+                engine_timeout_ms: int = 10_000, engine_retries: int = 2, **config) -> EngineClient:
+    """A remote engine when `engine` is a URL (ws://, llamacpp:http://, openai:http://), else the
+    in-process engine built from EngineConfig's options. Loads models or connects: slow."""
     if engine:
-        from .remote import RemoteEngine  # written beside the service; imported only when asked
+        import os
 
-        return RemoteEngine(engine)
-    from .engine.engine import Engine, EngineConfig
+        from .remote import connect
 
-    return Engine(EngineConfig(**{k: v for k, v in config.items() if k in ENGINE_OPTION_NAMES}))
+        key = engine_api_key or os.environ.get("COMPLETER_API_KEY")
+        return connect(engine, token=key, api_key=key, model=engine_model,
+                       fim_format=config.get("fim_format", "auto"), timeout_ms=engine_timeout_ms,
+                       retries=engine_retries)
+    from dataclasses import fields
+
+    from .config import EngineConfig
+    from .engine.engine import Engine
+
+    return Engine(EngineConfig(**{f.name: config[f.name] for f in fields(EngineConfig) if f.name in config}))

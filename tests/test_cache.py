@@ -101,7 +101,7 @@ def test_text_edits_truncate_at_first_change(tok):
         c = e.complete(prefix, suffix, doc_key="f")
         ref = fresh.complete(prefix, suffix, doc_key=f"s{step}")
         assert c.token_ids == ref.token_ids
-        assert c.stats.prefill_tokens == len(prompt) - min(common_prefix_len(cached, prompt), len(prompt) - 1)
+        assert c.prefill_tokens == len(prompt) - min(common_prefix_len(cached, prompt), len(prompt) - 1)
 
 
 def test_budget_never_exceeded_and_lru(tok):
@@ -141,7 +141,7 @@ def test_warmup_prefills_what_the_request_reuses(tok):
     assert computed == len(prompt)
     assert e.warmup(prefix, suffix, doc_key="w") == 0  # already there
     c = e.complete(prefix + "u", suffix, doc_key="w")
-    assert c.stats.prefill_tokens <= 3  # only the typed character's tokens
+    assert c.prefill_tokens <= 3  # only the typed character's tokens
     assert c.token_ids == fresh.complete(prefix + "u", suffix, doc_key="x").token_ids
 
 

@@ -33,7 +33,7 @@ def test_extension_unit_tests_pass():
 
 
 def test_settings_defaults_and_choices_match_the_engine():
-    from completer.engine.engine import DRAFTERS, EngineConfig
+    from completer.config import OPTIONS, EngineConfig
 
     props = manifest_props()
     defaults = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
@@ -44,7 +44,7 @@ def test_settings_defaults_and_choices_match_the_engine():
         setting = props[f"completer.{camel.get(name, name)}"]
         want = "" if defaults[name] is None else defaults[name]
         assert setting["default"] == want, name
-    assert tuple(props["completer.drafter"]["enum"]) == DRAFTERS
+    assert tuple(props["completer.drafter"]["enum"]) == OPTIONS["drafter"].meta["choices"]
     assert props["completer.draftLen"]["maximum"] == defaults["max_draft_len"]
 
 

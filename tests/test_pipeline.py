@@ -6,7 +6,8 @@ import threading
 import pytest
 
 from completer.documents import PositionError, parse_snapshot
-from completer.pipeline import CompletionOptions, EngineClient, complete_at, warmup_at
+from completer.client import Completion, EngineClient
+from completer.pipeline import CompletionOptions, complete_at, warmup_at
 
 
 class Scripted:
@@ -25,8 +26,23 @@ class Scripted:
         self.warm.append((prefix, suffix, doc_key))
         return self.count_tokens(prefix + suffix)
 
-    def complete(self, prefix, suffix, *, doc_key, max_new=None, stop_text=None, cancel=None, on_text=None,
-                 node_kind=None):
+    def forget(self, doc_key):
+        pass
+
+    def feedback(self, doc_key, text, accepted, accepted_chars=None):
+        pass
+
+    def warm_start(self):
+        return 0.0
+
+    def stats(self):
+        return {"calls": len(self.calls)}
+
+    def close(self):
+        pass
+
+    def complete(self, prefix, suffix="", *, doc_key="_default", max_new=None, stop_text=None, cancel=None,
+                 on_text=None, node_kind=None, language=None):
         self.calls.append({"prefix": prefix, "suffix": suffix, "doc_key": doc_key, "max_new": max_new,
                            "cancel": cancel, "node_kind": node_kind})
         text = ""
@@ -37,15 +53,8 @@ class Scripted:
             if stop_text is not None and (k := stop_text(text)) is not None:
                 text = text[:k]
                 break
-        return _Done(text)
-
-
-class _Done:
-    def __init__(self, text):
-        self.text = text
-
-    def to_json(self):
-        return {"text": self.text, "ttft_ms": 1.0, "total_ms": 2.0, "prompt_tokens": 10}
+        return Completion(text, new_tokens=len(text), ttft_ms=1.0, total_ms=2.0, prompt_tokens=10,
+                          stop_reason="stop" if len(text) < len(self.reply) else "eos")
 
 
 SRC = "import os\n\n\ndef area(w, h):\n    \n\n\ndef main():\n    pass\n"
@@ -59,16 +68,17 @@ def test_multi_line_completion_is_stopped_and_cleaned():
     r = complete_at(eng, SRC, (4, 4), language="python", doc_key="doc", cancel=cancel, on_text=seen.append,
                     options=CompletionOptions(max_new_tokens=32))
     assert r.text == "return w * h"
-    assert eng.calls[0]["node_kind"] == r.stats["node_kind"] is not None  # keys the engine's draft length
+    assert eng.calls[0]["node_kind"] == r.extra["node_kind"] == "module"  # keys the engine's draft length
     call = eng.calls[0]
     assert call["prefix"].endswith("def area(w, h):\n    ") and call["suffix"].startswith("\n\n\ndef main")
     assert call["doc_key"] == "doc" and call["max_new"] == 32 and call["cancel"] is cancel
     assert "".join(seen).startswith("return w * h\n")  # streamed raw, before post-processing
-    s = r.stats
-    assert s["gate"] == "multi_line" and s["prompt_tokens"] <= eng.budget - 3
-    for key in ("syntax_ms", "engine_ttft_ms", "engine_total_ms", "postprocess_ms", "tokens_saved"):
-        assert key in s
-    assert r.to_json()["text"] == r.text
+    s = r.to_json()  # one flat result: the engine's numbers and the syntax layer's decisions
+    assert s["gate"] == "multi_line" and 0 < s["context_tokens"] <= eng.budget - 3
+    assert s["text"] == r.text and s["raw_text"].startswith("return w * h") and s["stop_reason"] == "stop"
+    assert s["prompt_tokens"] == 10 and s["ttft_ms"] == 1.0 and s["total_ms"] >= s["syntax_ms"] > 0
+    assert s["tokens_saved"] == s["raw_context_tokens"] - s["context_tokens"] >= 0
+    assert s["postprocess_ms"] > 0 and s["engine_total_ms"] >= 0
 
 
 def test_single_line_overlap_and_gate():
@@ -77,13 +87,14 @@ def test_single_line_overlap_and_gate():
     r = complete_at(eng, src, src.index("area(") + 5, language="python")
     assert r.text == "w, h"
     r = complete_at(eng, "# a comm", 8, language="python")
-    assert r.text == "" and r.stats["gate"] == "empty" and len(eng.calls) == 1  # the engine was not asked
+    assert r.text == "" and r.extra["gate"] == "empty" and len(eng.calls) == 1  # the engine was not asked
+    assert r.stop_reason == "gated" and r.new_tokens == 0
 
 
 def test_parse_errors_are_trimmed():
     eng = Scripted("return (w *\n")
     r = complete_at(eng, SRC, (4, 4), language="python")
-    assert r.stats["parse_errors_after"] <= r.stats["parse_errors_before"]
+    assert r.extra["parse_errors_after"] <= r.extra["parse_errors_before"]
     assert "(" not in r.text
 
 
@@ -95,4 +106,4 @@ def test_positions_and_warmup():
         complete_at(eng, SRC, len(SRC) + 1, language="python")
     assert warmup_at(eng, parse_snapshot(SRC, "python"), SRC.index("    \n") + 4, doc_key="d") > 0
     assert eng.warm[0][2] == "d" and eng.warm[0][0].endswith("def area(w, h):\n    ")
-    assert complete_at(eng, "plain words ", 12).stats["language"] == "plaintext"
+    assert complete_at(eng, "plain words ", 12).extra["language"] == "plaintext"

@@ -204,6 +204,6 @@ def test_type_through_follows_a_generation_in_flight(tok):  # noqa: F811
     first = e.complete(prefix, suffix, doc_key="t", cancel=cancel, on_text=on_text)
     follower["run"][0].join()
     c = follower["run"][1]["out"]
-    assert first.stats.stop_reason in ("length", "eos")
+    assert first.stop_reason in ("length", "eos")
     assert c.extra["type_through"] and c.text == first.text[len(follower["typed"]):]
     assert "".join(streamed) == c.text

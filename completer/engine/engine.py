@@ -14,11 +14,14 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 
 from draft_models import DEFAULT_DIR
+
+from ..client import Completion, prompt_budget
+from ..config import EngineConfig
 
 from .batch import Via
 from .drafters import AdaptiveK, CombinedDrafter, FastPathDrafter, ModelDrafter, NgramDrafter
@@ -29,68 +32,12 @@ from .sampling import Sampling
 from .scheduler import INTERACTIVE, WARMUP, Overloaded, Scheduler, SchedulerConfig
 from .speculative import GenStats, generate
 
-DRAFTERS = ("combined", "model", "ngram", "fastpath", "none")
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    target: str | None = None      # HF model dir or hub id; None = the embedded default pair
-    draft: str | None = None       # must share the target's tokenizer
-    device: str = "auto"           # auto | cpu | cuda[:N]
-    dtype: str = "auto"            # auto = fp32 on CPU, bf16 on CUDA
-    quant: str = "auto"            # auto | none | fp16 | int8 | nf4 (bitsandbytes) | fast-int8 | mixed (ours; target only)
-    quant_groups: str = "embed=fp16,attn=int8,mlp=int4,head=int8"  # per-group precision for mixed
-    drafter: str = "combined"      # combined | model | ngram | fastpath | none
-    draft_len: int = 4             # initial k; adapted per document from acceptance
-    max_draft_len: int = 8
-    draft_vocab: int = 2048        # the draft scores only the N most frequent tokens (embedded pair; 0 = all)
-    max_new_tokens: int = 64
-    temperature: float = 0.0       # 0 = greedy (exactly the target's greedy output)
-    top_p: float = 1.0
-    kv_budget_mb: float = 256.0    # all per-document KV slots together (reserved bytes, never exceeded)
-    lean: bool = True              # lean Llama runner when the architecture allows
-    seed: int = 0
-    max_batch: int = 8             # live generations whose forwards step together; 1 = serial
-    batch_wait_ms: float = 2.0     # how long a step waits for the other live generations
-    max_queue: int = 64            # requests waiting beyond this are refused (overloaded)
-    warmup_chunk: int = 32         # warmup prefill chunk: the most an interactive request waits on it
-    type_through: bool = True      # serve the rest of the last completion when the user types it
-
-    def validate(self) -> None:
-        if self.drafter not in DRAFTERS:
-            raise ModelError(f"--drafter {self.drafter}: expected one of {', '.join(DRAFTERS)}")
-        if not 1 <= self.draft_len <= self.max_draft_len <= 16:
-            raise ModelError("--draft-len must be in 1..max_draft_len (≤ 16)")
-        if self.max_new_tokens < 1:
-            raise ModelError("--max-new-tokens must be ≥ 1")
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
-            raise ModelError("--temperature must be ≥ 0 and --top-p in (0, 1]")
-        if self.max_batch < 1 or self.max_queue < 1 or self.warmup_chunk < 1 or self.batch_wait_ms < 0:
-            raise ModelError("--max-batch, --max-queue and --warmup-chunk must be ≥ 1, --batch-wait-ms ≥ 0")
-        if self.draft_vocab < 0:
-            raise ModelError("--draft-vocab must be ≥ 0 (0 = the whole vocabulary)")
-        if self.kv_budget_mb <= 0:
-            raise ModelError("--kv-budget-mb must be > 0")
-
-
-@dataclass
-class Completion:
-    text: str
-    token_ids: list[int]
-    stats: GenStats
-    speculative: bool
-    extra: dict = field(default_factory=dict)
-
-    def to_json(self) -> dict:
-        st = self.stats
-        return {"text": self.text, "token_ids": self.token_ids, "new_tokens": st.new_tokens,
-                "target_forwards": st.target_forwards,
-                "accepted_per_forward": round(st.accepted_per_forward, 4),
-                "ttft_ms": round(st.ttft_ms, 3), "total_ms": round(st.total_ms, 3),
-                "speculative": self.speculative, "prompt_tokens": st.prompt_tokens,
-                "prefill_tokens": st.prefill_tokens, "proposed": st.proposed,
-                "accepted": st.accepted, "by_source": st.by_source,
-                "stop_reason": st.stop_reason, **self.extra}
+def to_completion(text: str, ids: list[int], st: GenStats, speculative: bool, **extra) -> Completion:
+    """The flat result from the loop's statistics."""
+    return Completion(text, st.new_tokens, st.target_forwards, st.accepted_per_forward, st.ttft_ms, st.total_ms,
+                      speculative, st.prompt_tokens, st.prefill_tokens, st.stop_reason, ids,
+                      {"proposed": st.proposed, "accepted": st.accepted, "by_source": st.by_source,
+                       "prefill_ms": round(st.prefill_ms, 3), **extra})
 
 
 def kv_reserve_bytes(model, ctx: int) -> int:
@@ -211,7 +158,7 @@ class Engine:
     def _count(self, **inc: int) -> None:
         with self._stats_lock:
             for k, v in inc.items():
-                self.counters[k] += v
+                self.counters[k] = self.counters.get(k, 0) + v
 
     # -- slots (called by the scheduler under its lock) --------------------------------------------
     def _admit(self, doc: str, live: set[str]) -> Slot | bool:
@@ -233,12 +180,8 @@ class Engine:
         self.slots[doc] = slot = Slot(self)
         return slot
 
-    def close(self, doc_key: str) -> bool:
-        """Forget a document (editor closed it): frees its slot unless a request is using it."""
-        return self.forget(doc_key)
-
     def forget(self, doc_key: str) -> bool:
-        """As close (the name a client that also has a connection to close calls)."""
+        """The editor closed the document: free its slot unless a request is using it."""
         with self.sched.cond:
             self.records.pop(doc_key, None)
             if doc_key in self.sched.live or doc_key not in self.slots:
@@ -259,9 +202,8 @@ class Engine:
 
     # -- prompts -----------------------------------------------------------------------------
     def prompt_budget(self, max_new: int | None = None) -> int:
-        """Prompt tokens that leave room for `max_new` tokens and a draft (RemoteEngine mirrors it)."""
-        room = self.ctx - (max_new or self.cfg.max_new_tokens) - self.cfg.max_draft_len - 1
-        return max(room, self.ctx // 2)  # a long generation stops at the context end instead
+        """Prompt tokens that leave room for `max_new` tokens and a draft."""
+        return prompt_budget(self.ctx, max_new or self.cfg.max_new_tokens, self.cfg.max_draft_len)
 
     def count_tokens(self, text: str) -> int:
         return len(self.tok.encode(text, add_special_tokens=False).ids)
@@ -326,7 +268,8 @@ class Engine:
     def complete(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
                  max_new: int | None = None, stop_text: Callable[[str], int | None] | None = None,
                  cancel: threading.Event | None = None,
-                 on_text: Callable[[str], None] | None = None, node_kind: str | None = None) -> Completion:
+                 on_text: Callable[[str], None] | None = None, node_kind: str | None = None,
+                 language: str | None = None) -> Completion:
         """Complete at the cursor between `prefix` and `suffix`. `stop_text(text)` returns the
         length to keep once the completion is finished (e.g. its syntax node closed), else None.
         `node_kind` (the syntax node at the cursor) keys the adaptive draft length.
@@ -373,10 +316,12 @@ class Engine:
         if cut[0] is not None:
             text = text[: cut[0]]
         text = text.rstrip("\ufffd")
+        if st.stop_reason == "stop":  # why the caller's rule fired (syntax, degenerate, ...)
+            st.stop_reason = getattr(stop_text, "reason", None) or "stop"
+        self._count(**{f"stops_{st.stop_reason}": 1})
         rec.update(text, done=True, ok=st.stop_reason not in ("cancelled", "superseded"))
         st.total_ms = (time.perf_counter() - t0) * 1e3
-        return Completion(text, ids, st, self.pair.draft is not None or self.cfg.drafter in ("ngram", "fastpath"),
-                          {"queue_ms": round(queue_ms, 3), "type_through": False})
+        return to_completion(text, ids, st, self.speculative, queue_ms=round(queue_ms, 3), type_through=False)
 
     def _newer_request(self, doc_key: str) -> Record | None:
         """The document's last record; every request bumps its epoch so older followers stop."""
@@ -404,7 +349,7 @@ class Engine:
                 gone = rec.epoch != epoch or (cancel is not None and cancel.is_set())
                 if not text.startswith(typed):
                     return None  # the finished (cut) text no longer covers what was typed
-                if len(text) > sent and not done:
+                if len(text) > sent:  # the rest, also when the generation finished first
                     ttft = ttft if ttft is not None else (time.perf_counter() - t0) * 1e3
                     if on_text is not None:
                         on_text(text[sent:])
@@ -421,7 +366,7 @@ class Engine:
         st = GenStats(ttft_ms=ttft if ttft is not None else total, total_ms=total,
                       stop_reason="type_through" if not gone else "cancelled")
         self._count(requests=1, type_through=1)
-        return Completion(rest, [], st, False, {"queue_ms": 0.0, "type_through": True})
+        return to_completion(rest, [], st, False, queue_ms=0.0, type_through=True)
 
     # -- warmup ------------------------------------------------------------------------------
     def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default") -> int:
@@ -469,10 +414,10 @@ class Engine:
         key = "\0startup"
         self.warmup("import os\n\n\ndef main(argv):\n    ", "\n", doc_key=key)
         self.complete("import os\n\n\ndef main(argv):\n    ", "\n", doc_key=key, max_new=4)
-        self.close(key)
+        self.forget(key)
         self.step_costs = self.measure_step_costs()
         with self._stats_lock:
-            self.counters = {k: 0 for k in self.counters}
+            self.counters = dict.fromkeys(self.counters, 0)
         return (time.perf_counter() - t0) * 1e3
 
     def measure_step_costs(self, reps: int = 3) -> tuple[float, list[float]]:
@@ -501,7 +446,24 @@ class Engine:
             verify[i] = max(verify[i], verify[i - 1])
         return min(d1 / t[0], 1.0), verify
 
-    def info(self) -> dict:
+    @property
+    def speculative(self) -> bool:
+        return self.pair.draft is not None or self.cfg.drafter in ("ngram", "fastpath")
+
+    def feedback(self, doc_key: str, text: str, accepted: bool, accepted_chars: int | None = None) -> None:
+        """Counted for stats and /metrics; acceptance does not steer decoding (yet)."""
+        n = len(text) if accepted and accepted_chars is None else (accepted_chars or 0)
+        self._count(**{"feedback_accepted" if accepted else "feedback_rejected": 1},
+                    feedback_accepted_chars=max(0, min(n, len(text))))
+
+    def close(self) -> None:
+        """Free every document's cache (the engine stays usable)."""
+        with self.sched.cond:
+            for doc in [d for d in self.slots if d not in self.sched.live]:
+                del self.slots[doc]
+            self.records.clear()
+
+    def stats(self) -> dict:
         waiting, live = self.sched.depth()
         return {"target": self.pair.target_name, "draft": self.pair.draft_name,
                 "device": str(self.pair.device), "ctx": self.ctx, "fim": self.fim.layout,

@@ -27,6 +27,7 @@ INTERACTIVE, WARMUP = 0, 1
 
 class Overloaded(ModelError):
     """The service cannot take this request now (queue full, KV budget); the message says why."""
+    code = "overloaded"
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ post-processing, from tree-sitter trees of `completer.documents`; queries are da
 `queries/<language>/*.scm`."""
 from .context import Context, Span, select_context
 from .gate import Decision, Mode, gate, node_kind
-from .options import SyntaxOptions
+from ..config import SyntaxOptions
 from .postprocess import Post, postprocess
 from .stop import make_stop
 from .triggers import detect as detect_triggers

@@ -15,7 +15,7 @@ from tree_sitter import Node
 
 from ..documents import Snapshot, line_starts
 from .lang import captures, spec
-from .options import SyntaxOptions
+from ..config import SyntaxOptions
 
 # Characters per token never exceed this for the tokenizers we meet (code averages 3–4): it
 # bounds how much text is looked at and tokenized.

@@ -7,7 +7,7 @@ from enum import Enum
 
 from ..documents import Snapshot, is_binary
 from .lang import CLOSERS, captures, line_bounds, node_at, spec
-from .options import SyntaxOptions
+from ..config import SyntaxOptions
 
 
 class Mode(str, Enum):

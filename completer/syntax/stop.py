@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ..documents import Snapshot
 from .gate import Mode, block_header
 from .lang import CLOSERS, OPENERS, indent_width, line_bounds, spec
-from .options import SyntaxOptions
+from ..config import SyntaxOptions
 
 
 @dataclass(frozen=True)
