@@ -3,19 +3,41 @@
 # llama.cpp tree), once per machine, into a cache directory; print that directory.
 #
 #   .ci/llamacpp.sh            → prints $CACHE (bin/llama-server, bin/llama-bench, src/convert_hf_to_gguf.py)
+#   .ci/llamacpp.sh --gguf MODEL_DIR [f32|f16|q8_0]
+#                              → also converts a Hugging Face checkpoint (our embedded pair) to GGUF,
+#                                cached by the checkpoint's content, and prints the .gguf path instead
 #
 # Used by .ci/run (remote-engine tests drive a real llama-server) and bench/peers.py (the peer
 # we compare against). Portable CPU flags: GGML_NATIVE=ON once produced a binary that died with
 # SIGILL (AMX inside the VM), so features are named from /proc/cpuinfo, AMX always off.
 set -euo pipefail
+GGUF_DIR="" GGUF_TYPE=f32
+if [ "${1:-}" = "--gguf" ]; then
+  GGUF_DIR="${2:?usage: $0 --gguf MODEL_DIR [f32|f16|q8_0]}" GGUF_TYPE="${3:-f32}"
+  [ -f "$GGUF_DIR/config.json" ] || { echo "no config.json in $GGUF_DIR" >&2; exit 2; }
+fi
 VERSION=11434.0.0
 # The binaries use the CPU's vector extensions: one build per feature set (machines change).
 FEAT=$(grep -qw avx512f /proc/cpuinfo && echo avx512 || { grep -qw avx2 /proc/cpuinfo && echo avx2 || echo generic; })
 CACHE="${COMPLETER_CACHE:-$HOME/.cache/completer}/llama.cpp-$VERSION-$FEAT"
 PY="${PYTHON:-python3}"
 
+# A checkpoint converted once per content and type: MODEL_DIR's files hashed.
+gguf() {
+  local key out
+  key=$(cat "$GGUF_DIR"/*.json "$GGUF_DIR"/*.safetensors | sha256sum | cut -c1-16)
+  out="$CACHE/gguf/$(basename "$GGUF_DIR")-$key-$GGUF_TYPE.gguf"
+  if [ ! -f "$out" ]; then
+    mkdir -p "$CACHE/gguf"
+    "$PY" "$CACHE/src/convert_hf_to_gguf.py" "$GGUF_DIR" --outtype "$GGUF_TYPE" --outfile "$out.tmp" \
+      >"$CACHE/gguf/convert.log" 2>&1 || { echo "GGUF conversion failed; see $CACHE/gguf/convert.log" >&2; exit 1; }
+    mv "$out.tmp" "$out"
+  fi
+  echo "$out"
+}
+
 if [ -x "$CACHE/bin/llama-server" ] && [ -x "$CACHE/bin/llama-bench" ] && [ -f "$CACHE/src/convert_hf_to_gguf.py" ]; then
-  echo "$CACHE"
+  if [ -n "$GGUF_DIR" ]; then gguf; else echo "$CACHE"; fi
   exit 0
 fi
 mkdir -p "$CACHE/dl"
@@ -40,4 +62,4 @@ log="$CACHE/build.log"
   mkdir -p "$CACHE/bin"
   cp "$CACHE/build/bin/llama-server" "$CACHE/build/bin/llama-bench" "$CACHE/bin/"
 } >"$log" 2>&1 || { echo "llama.cpp build failed; see $log" >&2; tail -20 "$log" >&2; exit 1; }
-echo "$CACHE"
+if [ -n "$GGUF_DIR" ]; then gguf; else echo "$CACHE"; fi
