@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     config.add_arguments(g, ("engine", "client", "syntax", "lsp"))
     a = ap.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    _quiet_libraries()
+    _quiet_libraries(progress=not getattr(a, "json", False))
     commands = {"complete": cmd_complete, "serve": cmd_serve, "options": cmd_options, "config": cmd_config}
     try:
         return commands[a.cmd](a)
@@ -191,14 +191,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _quiet_libraries() -> None:
+def _quiet_libraries(progress: bool) -> None:
+    """Library warnings off; hub download bars (stderr) only when stdout is not JSON for a tool."""
     import logging
     import warnings
 
     warnings.filterwarnings("ignore")
     logging.getLogger("transformers").setLevel(logging.ERROR)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if not progress:
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 if __name__ == "__main__":

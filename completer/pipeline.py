@@ -100,9 +100,11 @@ def warmup_at(engine: EngineClient, snap: Snapshot, offset: int, *, doc_key: str
 
 
 def make_engine(engine: str | None = None, *, engine_api_key: str | None = None, engine_model: str | None = None,
-                engine_timeout_ms: int = 10_000, engine_retries: int = 2, **config) -> EngineClient:
+                engine_timeout_ms: int = 10_000, engine_retries: int = 2,
+                progress: Callable[[int, str], None] | None = None, **config) -> EngineClient:
     """A remote engine when `engine` is a URL (ws://, llamacpp:http://, openai:http://), else the
-    in-process engine built from EngineConfig's options. Loads models or connects: slow."""
+    in-process engine built from EngineConfig's options. Loads models or connects: slow.
+    `progress(percent, message)` follows an in-process load (warm_start reaches 100 %)."""
     if engine:
         import os
 
@@ -117,4 +119,5 @@ def make_engine(engine: str | None = None, *, engine_api_key: str | None = None,
     from .config import EngineConfig
     from .engine.engine import Engine
 
-    return Engine(EngineConfig(**{f.name: config[f.name] for f in fields(EngineConfig) if f.name in config}))
+    return Engine(EngineConfig(**{f.name: config[f.name] for f in fields(EngineConfig) if f.name in config}),
+                  progress=progress)

@@ -160,7 +160,8 @@ def run_stage(name: str, model, train: SampleStream, heldout: SampleStream, cfg:
         log(f"[{name}] resumed at step {step} ({elapsed / 60:.1f} min so far)")
     model.train()
     t0 = time.time() - elapsed
-    bar = tqdm(total=cfg.steps, initial=step, desc=name, disable=not os.isatty(2))
+    # A log file (not a TTY) gets a progress line every 30 s instead of a redrawn bar.
+    bar = tqdm(total=cfg.steps, initial=step, desc=name, mininterval=0.2 if os.isatty(2) else 30.0)
     while step < cfg.steps:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)

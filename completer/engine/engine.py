@@ -123,12 +123,17 @@ class _StopFlag:
 
 
 class Engine:
-    def __init__(self, cfg: EngineConfig = EngineConfig(), pair: Pair | None = None):
+    def __init__(self, cfg: EngineConfig = EngineConfig(), pair: Pair | None = None,
+                 progress: Callable[[int, str], None] | None = None):
+        """`progress(percent, message)` is told how loading goes (then warm_start, to 100 %)."""
         cfg.validate()
         self.cfg = cfg
+        self.progress = progress or (lambda pct, msg: None)
+        self.progress(0, "loading models")
         self.pair = pair or load_pair(cfg.target, cfg.draft, device=cfg.device, dtype=cfg.dtype,
                                       quant=cfg.quant, use_draft=cfg.drafter in ("combined", "model"),
                                       lean=cfg.lean, quant_groups=cfg.quant_groups)
+        self.progress(60, "models loaded")
         self.tok = self.pair.tokenizer
         self.fim = FimFormat.detect(self.tok)
         self.ctx = min(getattr(self.pair.target.config, "max_position_embeddings", 2048), 4096)
@@ -412,10 +417,13 @@ class Engine:
         machine's step costs for the adaptive draft length; returns its milliseconds."""
         t0 = time.perf_counter()
         key = "\0startup"
+        self.progress(70, "warm start")
         self.warmup("import os\n\n\ndef main(argv):\n    ", "\n", doc_key=key)
         self.complete("import os\n\n\ndef main(argv):\n    ", "\n", doc_key=key, max_new=4)
         self.forget(key)
+        self.progress(80, "measuring step costs")
         self.step_costs = self.measure_step_costs()
+        self.progress(100, "ready")
         with self._stats_lock:
             self.counters = dict.fromkeys(self.counters, 0)
         return (time.perf_counter() - t0) * 1e3
