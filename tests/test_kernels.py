@@ -8,30 +8,40 @@ import torch
 from kernels import quant
 
 SHAPES = [(1, 64, 32), (3, 96, 50), (7, 128, 129), (17, 64, 70)]  # (M, K, N): odd N, M > one block
+# Activations in each dtype; the kernel accumulates in fp32 like the reference, so the gap is the
+# output's rounding: ~1 ulp of the dtype at the output's magnitude (|y| up to ~40 here).
+TOL = {torch.float32: (1e-4, 1e-4), torch.float16: (2e-2, 2e-3), torch.bfloat16: (2e-1, 1.6e-2)}
 
 
+@pytest.mark.parametrize("dtype", list(TOL), ids=str)
 @pytest.mark.parametrize("M,K,N", SHAPES)
-def test_int8_kernel_matches_reference(M, K, N, monkeypatch):
+def test_int8_kernel_matches_reference(M, K, N, dtype, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     g = torch.Generator().manual_seed(M * N)
-    w, x = torch.randn(N, K, generator=g), torch.randn(M, K, generator=g)
+    w, x = torch.randn(N, K, generator=g), torch.randn(M, K, generator=g).to(dtype)
     q, s = quant.quantize_int8(w)
     ref = quant.int8_matmul_ref(x, q, s)
     got = quant.int8_matmul(x, q, s)
-    torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
+    assert got.dtype == dtype and got.shape == (M, N)
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(got, ref, atol=atol, rtol=rtol)
     # the format itself: within int8 rounding of the float product
-    assert (ref - x @ w.T).abs().max() < 0.02 * (x @ w.T).abs().max()
+    exact = x.float() @ w.T
+    assert (ref.float() - exact).abs().max() < 0.02 * exact.abs().max() + atol
 
 
+@pytest.mark.parametrize("dtype", list(TOL), ids=str)
 @pytest.mark.parametrize("M,K,N", SHAPES)
-def test_int4_kernel_matches_reference(M, K, N, monkeypatch):
+def test_int4_kernel_matches_reference(M, K, N, dtype, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     g = torch.Generator().manual_seed(M + N)
-    w, x = torch.randn(N, K, generator=g), torch.randn(M, K, generator=g)
+    w, x = torch.randn(N, K, generator=g), torch.randn(M, K, generator=g).to(dtype)
     p, s, z = quant.quantize_int4(w, 32)
     ref = quant.int4_matmul_ref(x, p, s, z, 32)
     got = quant.int4_matmul(x, p, s, z, 32)
-    torch.testing.assert_close(got, ref, atol=1e-3, rtol=1e-3)
+    assert got.dtype == dtype and got.shape == (M, N)
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(got, ref, atol=10 * atol, rtol=10 * rtol)
     deq = quant.dequant_int4(p, s, z, 32)
     assert (deq - w).abs().max() <= (s.max() / 2) + 1e-5  # half a quantization step
 
