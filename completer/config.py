@@ -103,6 +103,8 @@ class SyntaxOptions:
     grid_lines: int = opt(16, "the prefix window starts on this line grid (stable KV-cache reuse)", lo=1,
                           hi=4096)
     parse_check: bool = opt(True, "trim what adds parse errors (re-parse with the candidate inserted)")
+    stop_degenerate: bool = opt(True, "stop and drop degenerate output (a unit or line repeated in a row, "
+                                "blank lines, the line above echoed)")
 
 
 @dataclass(frozen=True)
