@@ -6,6 +6,7 @@
 #   .ci/llamacpp.sh --gguf MODEL_DIR [f32|f16|q8_0]
 #                              → also converts a Hugging Face checkpoint (our embedded pair) to GGUF,
 #                                cached by the checkpoint's content, and prints the .gguf path instead
+#   LLAMACPP_NO_BUILD=1        → exit 3 with a message instead of building
 #
 # Used by .ci/run (remote-engine tests drive a real llama-server) and bench/peers.py (the peer
 # we compare against). Portable CPU flags: GGML_NATIVE=ON once produced a binary that died with
@@ -39,6 +40,10 @@ gguf() {
 if [ -x "$CACHE/bin/llama-server" ] && [ -x "$CACHE/bin/llama-bench" ] && [ -f "$CACHE/src/convert_hf_to_gguf.py" ]; then
   if [ -n "$GGUF_DIR" ]; then gguf; else echo "$CACHE"; fi
   exit 0
+fi
+if [ -n "${LLAMACPP_NO_BUILD:-}" ]; then  # tests ask without starting a 20-minute build
+  echo "llama.cpp is not built in $CACHE: run .ci/llamacpp.sh (about 20 minutes, once)" >&2
+  exit 3
 fi
 mkdir -p "$CACHE/dl"
 log="$CACHE/build.log"

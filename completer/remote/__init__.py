@@ -54,7 +54,7 @@ def connect(url: str, *, token: str | None = None, api_key: str | None = None, m
 
         return TypeThrough(OpenAI(rest, api_key=key, model=model, fim_format=fim_format, timeout_ms=timeout_ms,
                                   retries=retries, max_new_tokens=max_new_tokens))
-    raise EngineError(code="bad_request", message=f"engine {url!r}: expected {SCHEMES}")
+    raise EngineError(code="bad_request", message=f"engine URL {url!r}: expected {SCHEMES}")
 
 
 class TypeThrough:

@@ -1,0 +1,231 @@
+"""The llama-server client (`llamacpp:` engines) against a real llama-server built by
+.ci/llamacpp.sh, serving the embedded target converted to GGUF: streaming, per-document slots
+and their prompt cache, warmup, the in-loop stop and cancel closing the stream (the server stops
+generating), API key, a server killed mid-stream and brought back.
+
+Without a built llama-server these tests skip, or fail when CI is set (.ci/run builds it)."""
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer
+
+from completer.client import EngineError, prompt_budget
+from completer.remote import TypeThrough, connect
+from completer.remote.llamacpp import LlamaCpp
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = ROOT / "draft_models" / "default" / "target"
+SOURCE = ('import os\n\n\ndef read_lines(path):\n    """Return the lines of a file."""\n    with open(path) as f:\n'
+          '        return f.read().splitlines()\n\n\ndef main():\n    for line in read_lines(os.environ["FILE"]):\n'
+          '        print(line)\n')
+PREFIX, SUFFIX = SOURCE[:SOURCE.index("        print")], SOURCE[SOURCE.index("\n\n\ndef main"):]
+
+
+def llama_paths() -> tuple[Path, Path]:
+    """(llama-server, target .gguf) from the cache .ci/llamacpp.sh fills; skip (fail under CI)
+    when it was never built: the build takes ~20 minutes and is .ci/run's job."""
+    env = {**os.environ, "LLAMACPP_NO_BUILD": "1", "PYTHON": sys.executable}
+    run = lambda *a: subprocess.run(["bash", str(ROOT / ".ci" / "llamacpp.sh"), *a], capture_output=True,
+                                    text=True, env=env, timeout=600)
+    cache, gguf = run(), run("--gguf", str(TARGET), "f32")
+    if cache.returncode or gguf.returncode:
+        why = (cache.stderr or gguf.stderr).strip()
+        if os.environ.get("CI"):
+            pytest.fail(f"llama-server is required under CI: {why}")
+        pytest.skip(f"no llama-server: {why}")
+    return Path(cache.stdout.strip()) / "bin" / "llama-server", Path(gguf.stdout.strip())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LlamaServer:
+    """A llama-server subprocess on a fixed port (so it can be killed and started again)."""
+
+    def __init__(self, binary: Path, gguf: Path, *extra: str):
+        self.argv = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(free_port()),
+                     "-c", "2048", "-np", "4", "-t", "1", "--metrics", "--spm-infill", *extra]
+        self.port = int(self.argv[self.argv.index("--port") + 1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.p: subprocess.Popen | None = None
+        self.key = extra[extra.index("--api-key") + 1] if "--api-key" in extra else None
+
+    def start(self) -> LlamaServer:
+        self.p = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(600):  # /health answers 200 once the model is loaded
+            assert self.p.poll() is None, "llama-server exited at start"
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=1) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("llama-server did not become healthy")
+
+    def kill(self) -> None:
+        if self.p is not None and self.p.poll() is None:
+            self.p.kill()
+            self.p.wait(timeout=30)
+
+    def get(self, path: str) -> str:
+        req = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {self.key}"}
+                                     if self.key else {})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.read().decode()
+
+    def predicted_total(self) -> int:
+        """`llamacpp:tokens_predicted_total` once every slot is idle (a cancelled slot's tokens
+        are counted when it is released)."""
+        for _ in range(400):
+            if '"is_processing":true' not in self.get("/slots").replace(" ", ""):
+                break
+            time.sleep(0.01)
+        m = re.search(r"^llamacpp:tokens_predicted_total (\d+)", self.get("/metrics"), re.M)
+        return int(m.group(1))
+
+
+@pytest.fixture(scope="session")
+def llama():
+    binary, gguf = llama_paths()
+    s = LlamaServer(binary, gguf).start()
+    yield s
+    s.kill()
+
+
+@pytest.fixture
+def client(llama):
+    c = LlamaCpp(llama.url, timeout_ms=20000, retries=1)
+    c.warm_start()
+    yield c
+    c.close()
+
+
+def test_completes_and_streams(client):
+    deltas = []
+    c = client.complete(PREFIX, SUFFIX, doc_key="a.py", max_new=12, on_text=deltas.append)
+    assert c.text and "".join(deltas) == c.text
+    assert c.new_tokens == 12 and c.stop_reason == "length" and c.prompt_tokens > 50
+    tok = Tokenizer.from_file(str(TARGET / "tokenizer.json"))
+    assert client.count_tokens(PREFIX) == len(tok.encode(PREFIX, add_special_tokens=False).ids)
+    assert client.ctx == 512 and client.prompt_budget() == prompt_budget(512, 64)
+    assert client.prompt_budget(16) == prompt_budget(512, 16)
+
+
+def test_document_slots_keep_their_prompt_cache(client):
+    a0 = client.complete(PREFIX, SUFFIX, doc_key="slot-a.py", max_new=4)
+    client.complete("import sys\n\nprint(sys.argv)\n", "", doc_key="slot-b.py", max_new=4)  # another slot
+    a1 = client.complete(PREFIX + "    ", SUFFIX, doc_key="slot-a.py", max_new=4)  # the user typed on
+    assert a0.extra["id_slot"] != client.slots["slot-b.py"]
+    assert a1.extra["id_slot"] == a0.extra["id_slot"]
+    assert a1.extra["tokens_cached"] >= a0.prompt_tokens - 8  # the suffix and prefix came from the slot
+    assert a1.prefill_tokens < 8
+
+
+def test_warmup_prefills_the_documents_slot(client):
+    prefix = PREFIX.replace("read_lines", "load_rows")
+    computed = client.warmup(prefix, SUFFIX, doc_key="warm.py")
+    assert computed > 50
+    c = client.complete(prefix, SUFFIX, doc_key="warm.py", max_new=4)
+    assert c.prefill_tokens <= 1 and c.extra["tokens_cached"] >= computed - 1
+
+
+def test_slots_are_lru_and_forget_frees(client):
+    for i in range(5):  # 4 server slots: the fifth document takes the least recently used one
+        client.complete(f"x{i} = {i}\n", "", doc_key=f"lru{i}.py", max_new=1)
+    assert "lru0.py" not in client.slots and len(set(client.slots.values())) == len(client.slots) == 4
+    client.forget("lru4.py")  # the server refuses erase without --slot-save-path: the mapping goes
+    assert "lru4.py" not in client.slots and client.stats()["kv_cached_documents"] == 3
+
+
+def test_stop_closes_the_stream_and_the_server_stops(client, llama):
+    full = client.complete(PREFIX, SUFFIX, doc_key="stop.py", max_new=300)
+    assert full.stop_reason == "length" and full.new_tokens == 300  # this prompt runs to the limit
+    before = llama.predicted_total()
+    c = client.complete(PREFIX, SUFFIX, doc_key="stop.py", max_new=300,
+                        stop_text=lambda t: 3 if len(t) >= 3 else None)
+    assert c.text == full.text[:3] and c.stop_reason == "stop"
+    generated = llama.predicted_total() - before
+    assert generated < 150, f"the server went on generating ({generated} tokens) after the stream closed"
+
+
+def test_cancel_from_another_thread(client, llama):
+    cancel = threading.Event()
+    before = llama.predicted_total()
+    c = client.complete(PREFIX, SUFFIX, doc_key="cancel.py", max_new=300, cancel=cancel,
+                        on_text=lambda d: cancel.set())  # a newer keystroke, right after the first token
+    assert c.stop_reason == "cancelled" and len(c.text) < 40
+    assert llama.predicted_total() - before < 150
+    assert client.complete(PREFIX, SUFFIX, doc_key="cancel.py", max_new=2).new_tokens == 2  # no sticky state
+
+
+def test_type_through_serves_the_rest_without_a_request(llama):
+    tt = connect(f"llamacpp:{llama.url}")
+    assert isinstance(tt, TypeThrough)
+    first = tt.complete(PREFIX, SUFFIX, doc_key="tt.py", max_new=12)
+    requests = tt.stats()["requests"]
+    typed = first.text[:2]
+    rest = tt.complete(PREFIX + typed, SUFFIX, doc_key="tt.py", max_new=12)
+    assert rest.text == first.text[2:] and rest.stop_reason == "type_through" and rest.extra["type_through"]
+    assert tt.stats()["requests"] == requests and tt.stats()["type_through"] == 1
+    other = tt.complete(PREFIX + "zz", SUFFIX, doc_key="tt.py", max_new=2)  # typed something else
+    assert not other.extra["type_through"] and tt.stats()["requests"] == requests + 1
+
+
+def test_api_key_required_and_sent():
+    binary, gguf = llama_paths()
+    s = LlamaServer(binary, gguf, "--api-key", "k-123").start()
+    try:
+        with pytest.raises(EngineError) as err:
+            LlamaCpp(s.url, api_key="wrong-key-456").warm_start()
+        assert err.value.code == "unauthorized" and "wrong-key-456" not in str(err.value)
+        with pytest.raises(EngineError) as err:
+            connect(f"llamacpp:{s.url}").complete(PREFIX, SUFFIX, doc_key="k.py", max_new=2)
+        assert err.value.code == "unauthorized"
+        c = connect(f"llamacpp:{s.url}", api_key="k-123").complete(PREFIX, SUFFIX, doc_key="k.py", max_new=2)
+        assert c.new_tokens == 2
+        os.environ["COMPLETER_API_KEY"] = "k-123"
+        try:
+            assert connect(f"llamacpp:{s.url}").complete(PREFIX, SUFFIX, doc_key="k.py", max_new=2).new_tokens == 2
+        finally:
+            del os.environ["COMPLETER_API_KEY"]
+    finally:
+        s.kill()
+
+
+def test_killed_mid_stream_then_back():
+    binary, gguf = llama_paths()
+    s = LlamaServer(binary, gguf).start()
+    c = LlamaCpp(s.url, timeout_ms=5000, retries=1)
+    try:
+        with pytest.raises(EngineError) as err:
+            c.complete(PREFIX, SUFFIX, doc_key="k.py", max_new=300, on_text=lambda d: s.kill())
+        assert err.value.code == "unavailable" and s.url in err.value.message
+        with pytest.raises(EngineError) as err:  # down: refused, after one retry
+            c.complete(PREFIX, SUFFIX, doc_key="k.py", max_new=2)
+        assert err.value.code == "unavailable" and "refused" in err.value.message
+        assert c.stats()["retries"] >= 1
+        s.start()  # the same port: the same client recovers without a restart
+        assert c.complete(PREFIX, SUFFIX, doc_key="k.py", max_new=2).new_tokens == 2
+    finally:
+        s.kill()
+
+
+def test_bad_urls_are_clear_errors():
+    for url in ("http://127.0.0.1:1", "llamacpp:127.0.0.1:8012", "llamacpp:http://", "ftp://x", "openai:",
+                "ws://"):
+        with pytest.raises(EngineError) as err:
+            connect(url)
+        assert err.value.code == "bad_request" and "URL" in err.value.message
