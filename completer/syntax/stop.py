@@ -6,13 +6,18 @@ spent past it:
   the cursor has one (it belongs there, e.g. the `)` of `print(|)`);
 - multi-line: a line dedented below the block the cursor is in (Python), a closer of the
   enclosing block (kept when the suffix does not close it already), a blank line before a new
-  top-level statement, or `max_lines` lines.
+  top-level statement, or `max_lines` lines;
+- either: degenerate output (`completer/degenerate.py`: a unit or line repeated in a row, blank
+  lines, the prompt's last line echoed), cut where it starts, so no token is spent on it.
+
+The callable `make_stop` returns records why it fired in `reason`: None until then, "syntax" or
+"degenerate" after (the first reason sticks: the pipeline asks again on the final text).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
+from .. import degenerate
 from ..documents import Snapshot
 from .gate import Mode, block_header
 from .lang import CLOSERS, OPENERS, indent_width, line_bounds, spec
@@ -72,10 +77,38 @@ def _next_nonblank(text: str, line_end: int) -> str:
     return ""
 
 
-def make_stop(snap: Snapshot, offset: int, mode: Mode,
-              opts: SyntaxOptions = SyntaxOptions()) -> Callable[[str], int | None]:
-    rule = stop_rule(snap, offset, mode, opts)
-    return lambda text: stop_at(rule, text)
+SEEN_CHARS = 20_000  # document text either side of the cursor in which a run is the document's own idiom
+
+
+class Stop:
+    """`stop(text) -> int | None` for Engine.complete: the syntax stop, and the degenerate stop
+    judging what the syntax stop would keep. `reason` says which fired first."""
+
+    def __init__(self, rule: StopRule, head: str, prev: str, seen: str, degenerate_stop: bool = True):
+        self.rule, self.head, self.prev, self.seen = rule, head, prev, seen
+        self.degenerate_stop = degenerate_stop and rule.mode is not Mode.EMPTY
+        self.reason: str | None = None
+        self.degenerate: degenerate.Degenerate | None = None
+
+    def __call__(self, text: str) -> int | None:
+        cut = stop_at(self.rule, text)
+        kept = text if cut is None else text[:cut]
+        d = degenerate.find(kept, self.head, self.prev, self.seen) if self.degenerate_stop else None
+        if d is not None:
+            self.degenerate = self.degenerate or d
+            self.reason = self.reason or "degenerate"
+            return d.keep
+        if cut is not None:
+            self.reason = self.reason or "syntax"
+        return cut
+
+
+def make_stop(snap: Snapshot, offset: int, mode: Mode, opts: SyntaxOptions = SyntaxOptions()) -> Stop:
+    text = snap.text
+    s, _ = line_bounds(text, offset)
+    seen = text[max(offset - SEEN_CHARS, 0):offset + SEEN_CHARS]
+    return Stop(stop_rule(snap, offset, mode, opts), text[s:offset], _prev_nonblank(text, s), seen,
+                opts.stop_degenerate)
 
 
 def stop_at(rule: StopRule, text: str) -> int | None:
