@@ -116,6 +116,11 @@ class Http:
         `data: [DONE]` arrives. Closing the generator (the caller stopped reading) or setting
         `cancel` closes the socket. A stream that ends before its last event is a fault."""
         conn, resp = self.open("POST", path, body, cancel)
+        if "event-stream" not in (resp.getheader("Content-Type") or ""):
+            raw = resp.read(200) if not resp.closed else b""
+            conn.close()
+            self.counters["errors"] += 1
+            raise self._malformed(path, raw)
         finished = threading.Event()
 
         def watch() -> None:  # closes the socket when the caller's cancel is set
