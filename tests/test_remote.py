@@ -1,20 +1,80 @@
-"""RemoteEngine against a real `completer serve`: the engine API over the wire, from threads."""
+"""The WebSocket client (`ws://` engines) against a real `completer serve` on the tiny pair: the
+engine API over the wire from threads, the token, feedback and document close forwarded (seen
+in the server's /metrics), and reconnection after the service restarts."""
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 import threading
+import time
+import urllib.request
 
 import pytest
-from test_server import TOKEN, server  # noqa: F401 - the fixture is used by name
+from test_remote_llamacpp import free_port
 
+from completer.client import EngineError, prompt_budget
 from completer.engine.models import load_tokenizer
-from completer.remote import RemoteEngine, RemoteError
+from completer.remote import connect
+from completer.remote.ws import WsEngine
 
+TOKEN = "s3cret-ws"
 PREFIX, SUFFIX = "def scale(xs, k):\n    return [", "]\n"
 
 
+class Serve:
+    """`completer serve` on a fixed port, so it can be stopped and started again."""
+
+    def __init__(self, tiny_pair):
+        target, draft = tiny_pair
+        self.port = free_port()
+        self.argv = [sys.executable, "-m", "completer.cli", "serve", "--port", str(self.port), "--token", TOKEN,
+                     "--target", str(target), "--draft", str(draft), "--max-new-tokens", "24"]
+        self.p: subprocess.Popen | None = None
+
+    def start(self) -> Serve:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        self.p = subprocess.Popen(self.argv, stderr=subprocess.PIPE, text=True, env=env)
+        for line in self.p.stderr:
+            if "models ready" in line or "error" in line:
+                break
+        assert self.p.poll() is None, "completer serve did not start"
+        threading.Thread(target=self.p.stderr.read, daemon=True).start()  # keep draining its log
+        return self
+
+    def stop(self) -> None:
+        if self.p is not None and self.p.poll() is None:
+            self.p.terminate()
+            self.p.wait(timeout=30)
+
+    def metric(self, name: str) -> float:
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/metrics",
+                                     headers={"Authorization": f"Bearer {TOKEN}"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            m = re.search(rf"^{name} (\S+)", r.read().decode(), re.MULTILINE)
+        return float(m.group(1)) if m else 0.0
+
+    def wait_metric(self, name: str, want: float) -> float:
+        """The metric once it reaches `want` (the server applies feedback and forget in a worker)."""
+        for _ in range(200):
+            v = self.metric(name)
+            if v == want:
+                return v
+            time.sleep(0.02)
+        return self.metric(name)
+
+
 @pytest.fixture(scope="module")
-def remote(server):  # noqa: F811
-    r = RemoteEngine(f"ws://{server}", token=TOKEN)
+def serve(tiny_pair):
+    s = Serve(tiny_pair).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def remote(serve):
+    r = connect(f"ws://127.0.0.1:{serve.port}", token=TOKEN)
     yield r
     r.close()
 
@@ -23,17 +83,16 @@ def test_complete_streams_and_reports(remote):
     deltas = []
     c = remote.complete(PREFIX, SUFFIX, doc_key="r.py", on_text=deltas.append)
     assert c.text and "".join(deltas) == c.text
-    j = c.to_json()
-    assert j["text"] == c.text and j["new_tokens"] == c.stats.new_tokens > 0 and "ttft_ms" in j
+    assert c.new_tokens > 0 and c.prompt_tokens > 0 and c.ttft_ms > 0 and not c.extra["cancelled"]
 
 
 def test_stop_text_and_cancel(remote):
     c = remote.complete(PREFIX, SUFFIX, doc_key="s.py", stop_text=lambda t: 2 if len(t) >= 2 else None)
-    assert len(c.text) == 2 and c.stats.stop_reason == "stop"
+    assert len(c.text) == 2 and c.stop_reason == "stop"
     cancel = threading.Event()
     cancel.set()  # cancelled before the server starts it: a done frame says so
-    c = remote.complete("import sys\n", "", doc_key="c.py", max_new=120, cancel=cancel)
-    assert c.stats.cancelled and c.stats.stop_reason in ("cancelled", "superseded")
+    c = remote.complete("import sys\n", "", doc_key="c.py", max_new=20, cancel=cancel)
+    assert c.extra["cancelled"] and c.stop_reason in ("cancelled", "superseded")
 
 
 def test_concurrent_callers(remote):
@@ -56,9 +115,40 @@ def test_warmup_tokens_and_budget(remote, tiny_pair):
     assert remote.count_tokens(PREFIX) == len(tok.encode(PREFIX, add_special_tokens=False).ids)
     info = remote.info
     assert remote.prompt_budget() == info["prompt_budget"]
-    assert remote.prompt_budget(32) == max(info["ctx"] - 32 - info["max_draft_len"] - 1, info["ctx"] // 2)
+    assert remote.prompt_budget(16) == prompt_budget(info["ctx"], 16, info["max_draft_len"])
 
 
-def test_wrong_token_is_a_clear_error(server):  # noqa: F811
-    with pytest.raises(RemoteError, match="401|unauthorized"):
-        RemoteEngine(f"ws://{server}/ws", token="nope").complete("x", doc_key="d")
+def test_feedback_and_forget_reach_the_server(remote, serve):
+    accepted = serve.metric("completer_engine_feedback_accepted")
+    chars = serve.metric("completer_engine_feedback_accepted_chars")
+    remote.complete(PREFIX, SUFFIX, doc_key="fb.py")
+    remote.feedback("fb.py", "abcd", True, 2)
+    assert serve.wait_metric("completer_engine_feedback_accepted", accepted + 1) == accepted + 1
+    assert serve.metric("completer_engine_feedback_accepted_chars") == chars + 2
+    slots = serve.metric("completer_engine_slots")
+    remote.forget("fb.py")  # the document's KV slot is freed on the server
+    assert serve.wait_metric("completer_engine_slots", slots - 1) == slots - 1
+
+
+def test_wrong_token_is_a_clear_error(serve):
+    with pytest.raises(EngineError) as err:
+        WsEngine(f"ws://127.0.0.1:{serve.port}/ws", token="nope").complete("x", doc_key="d")
+    assert err.value.code == "unauthorized" and "nope" not in err.value.message
+
+
+def test_reconnects_after_the_service_restarts(tiny_pair):
+    s = Serve(tiny_pair).start()
+    r = WsEngine(f"ws://127.0.0.1:{s.port}", token=TOKEN, timeout_ms=5000, retries=1)
+    try:
+        assert r.complete(PREFIX, SUFFIX, doc_key="a.py").text
+        s.stop()
+        with pytest.raises(EngineError) as err:  # down: one retry with back-off, then a clear error
+            for _ in range(3):  # the first send may still find the closing socket
+                r.complete(PREFIX, SUFFIX, doc_key="a.py")
+        assert err.value.code == "unavailable" and str(s.port) in err.value.message
+        s.start()
+        assert r.complete(PREFIX, SUFFIX, doc_key="a.py").text  # the same client, no restart
+        assert r.stats()["reconnects"] == 1 and r.stats()["connected"]
+    finally:
+        r.close()
+        s.stop()
