@@ -1,15 +1,19 @@
 """`completer serve` over the wire: a real subprocess on the tiny pair, a real websockets client.
-Streaming, cancellation, malformed frames (each answered, the server keeps serving), auth and
-origins, /health and /metrics, and the refusal to bind beyond loopback without a token."""
+Streaming, cancellation, malformed frames (each answered, the server keeps serving), a fuzz of
+10 000 hostile frames, forget and feedback, auth and origins, /health and /metrics, and the
+refusal to bind beyond loopback without a token."""
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import random
 import re
 import subprocess
 import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -24,13 +28,10 @@ def _env() -> dict:
     return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-@pytest.fixture(scope="module")
-def server(tiny_pair):
-    target, draft = tiny_pair
-    p = subprocess.Popen(
-        [sys.executable, "-m", "completer.cli", "serve", "--port", "0", "--token", TOKEN,
-         "--max-frame-bytes", "4096", "--target", str(target), "--draft", str(draft),
-         "--max-new-tokens", "24"], stderr=subprocess.PIPE, text=True, env=_env())
+def start_server(*args: str) -> tuple[subprocess.Popen, str]:
+    """`completer serve ARGS` on a free port, once its models are ready → (process, host:port)."""
+    p = subprocess.Popen([sys.executable, "-m", "completer.cli", "serve", "--port", "0", *args],
+                         stderr=subprocess.PIPE, text=True, env=_env())
     port = None
     for line in p.stderr:  # the bound port, then readiness
         m = re.search(r"listening on ws://[^:]+:(\d+)/ws", line)
@@ -38,9 +39,26 @@ def server(tiny_pair):
         if "models ready" in line or "error" in line:
             break
     assert port is not None and p.poll() is None, "the server did not start"
-    yield f"127.0.0.1:{port}"
+    return p, f"127.0.0.1:{port}"
+
+
+def stop_server(p: subprocess.Popen) -> None:
     p.terminate()
     assert p.wait(timeout=30) == 0
+
+
+@pytest.fixture(scope="module")
+def served(tiny_pair):
+    target, draft = tiny_pair
+    p, addr = start_server("--token", TOKEN, "--max-frame-bytes", "4096", "--max-inflight", "4",
+                           "--target", str(target), "--draft", str(draft), "--max-new-tokens", "24")
+    yield p, addr
+    stop_server(p)
+
+
+@pytest.fixture
+def server(served) -> str:
+    return served[1]
 
 
 async def ask(ws, frame) -> dict:
@@ -148,28 +166,186 @@ def test_health_and_metrics(server):
         assert r.status == 200 and json.load(r)["status"] == "ready"
     with pytest.raises(urllib.error.HTTPError, match="401"):
         urllib.request.urlopen(f"http://{server}/metrics")
-    with urllib.request.urlopen(urllib.request.Request(f"http://{server}/metrics", headers=AUTH)) as r:
-        text = r.read().decode()
+    text = metrics(server)
     for name in ("completer_ttft_seconds_bucket", 'completer_stage_seconds_count{stage="prefill"}',
-                 "completer_tokens_per_second", "completer_accepted_per_forward", "completer_engine_cache_hits",
-                 "completer_kv_bytes", "completer_queue_waiting", "process_resident_memory_bytes"):
+                 "completer_tokens_per_second", "completer_accepted_per_forward", "completer_ready 1.0",
+                 "completer_engine_cache_hits", "completer_engine_kv_bytes", "completer_engine_queue_waiting",
+                 "process_resident_memory_bytes"):
         assert name in text
+    # every number of the engine's stats() is exported under its own name, whatever it is
+    assert re.search(r"^completer_engine_requests \d", text, re.M)
 
 
-def test_health_is_503_while_loading():
-    from websockets.server import ServerProtocol
+def metrics(server: str) -> str:
+    with urllib.request.urlopen(urllib.request.Request(f"http://{server}/metrics", headers=AUTH)) as r:
+        return r.read().decode()
 
-    from completer.server import ServerConfig, Service
 
-    class Conn:
-        def respond(self, status, text):
-            return ServerProtocol().reject(status, text)
+def metric(text: str, name: str) -> float:
+    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
 
-    class Req:
-        path, headers = "/health", {}
 
-    svc = Service(ServerConfig(), make_engine=lambda: None)
-    assert svc.process_request(Conn(), Req()).status_code == 503
+async def test_forget_frees_the_document_and_feedback_reaches_the_engine(server):
+    async with connect(f"ws://{server}/ws", additional_headers=AUTH) as ws:
+        frame = {"type": "complete", "id": 1, "doc": "f.py", "prefix": "import sys\n", "stream": False}
+        _, first = await run(ws, frame)
+        _, again = await run(ws, {**frame, "id": 2})  # kept: served from the cache or the last completion
+        assert again["stats"]["type_through"] or again["stats"]["prefill_tokens"] < first["stats"]["prompt_tokens"]
+        accepted = metric(metrics(server), "completer_engine_feedback_accepted")
+        await ws.send(msgpack.packb({"type": "feedback", "id": 2, "accepted": True, "accepted_chars": 2,
+                                     "doc": "f.py", "text": again["text"]}))
+        await ws.send(msgpack.packb({"type": "forget", "doc": "f.py"}))  # no reply
+        assert await ask(ws, {"type": "ping"}) == {"type": "pong"}  # frames are handled in order
+        _, fresh = await run(ws, {**frame, "id": 3})
+        st = fresh["stats"]
+        assert not st["type_through"] and st["prefill_tokens"] == st["prompt_tokens"] > 0
+        assert metric(metrics(server), "completer_engine_feedback_accepted") == accepted + 1
+
+
+async def test_too_many_in_flight_is_overloaded_with_a_retry_hint(server):
+    async with connect(f"ws://{server}/ws", additional_headers=AUTH) as ws:
+        for i in range(5):  # --max-inflight 4; the frames are handled before any generation ends
+            await ws.send(msgpack.packb({"type": "complete", "id": i, "doc": f"o{i}.py", "prefix": "x = ",
+                                         "max_new_tokens": 120}))
+        done, errors = set(), []
+        while len(done) + len(errors) < 5:
+            r = msgpack.unpackb(await ws.recv())
+            if r["type"] == "done":
+                done.add(r["id"])
+            elif r["type"] == "error":
+                errors.append(r)
+        assert done == {0, 1, 2, 3}
+        assert [(e["id"], e["code"]) for e in errors] == [(4, "overloaded")] and errors[0]["retry_after_ms"] > 0
+
+
+def _rss_kb(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"^VmRSS:\s+(\d+) kB", status, re.M).group(1))
+
+
+def _hostile(rng: random.Random, max_frame: int):
+    """One hostile frame (bytes or str) and whether it is beyond the hard limit (closes the connection)."""
+    junk = [None, True, -1, 2**64 - 1, -2**63, 1.5, float("nan"), "", "x" * 300, b"\x00\xff", [], [1, [2]], {},
+            {"a": {"b": None}}, {1: 2}]
+    kind = rng.randrange(12)
+    if kind == 0:  # random bytes
+        return bytes(rng.randrange(256) for _ in range(rng.randrange(64))), False
+    if kind == 1:  # truncated msgpack of a real frame
+        whole = msgpack.packb({"type": "complete", "id": rng.randrange(99), "doc": "t.py", "prefix": "def f(x):\n"})
+        return whole[: rng.randrange(len(whole))], False
+    if kind == 2:  # deeply nested arrays or maps, bare or inside a field
+        depth = rng.choice([50, 500, 1000, 1500])
+        unit = rng.choice([b"\x91", b"\x81\xa1a"])
+        nested = unit * depth + b"\xc0"
+        return (nested if rng.random() < .5 else b"\x82\xa4type\xa8complete\xa3doc" + nested), False
+    if kind == 3:  # not a map
+        return msgpack.packb(rng.choice(junk[:-3])), False
+    if kind == 4:  # a text frame
+        return "".join(chr(rng.randrange(32, 0x3000)) for _ in range(rng.randrange(40))), False
+    if kind == 5:  # over the frame limit: an error frame; rarely beyond 4x: the connection closes
+        if rng.random() < .02:
+            return b"\x00" * (4 * max_frame + 1), True
+        return msgpack.packb({"type": "ping", "pad": "x" * rng.randrange(max_frame, 4 * max_frame - 64)}), False
+    if kind == 6:  # unknown types, or a type that is not a string
+        return msgpack.packb({"type": rng.choice(["teleport", "COMPLETE", "", "\x00", "hello" * 50,
+                                                  *junk[2:5]]), "id": 1}), False
+    if kind == 7:  # cancel storm, on a live request too
+        return msgpack.packb({"type": "cancel", "id": rng.choice([rng.randrange(8), "storm", "storm", *junk])}), False
+    # real types with wrong fields: at least one required field wrong or missing, others random
+    typ = rng.choice(["complete", "warmup", "feedback", "forget", "hello", "cancel"])
+    frame = {"type": typ, "id": rng.randrange(1000)}
+    schema = {"complete": ["id", "doc", "prefix", "suffix", "language", "max_new_tokens", "stream", "node_kind"],
+              "warmup": ["doc", "prefix", "suffix", "language"], "feedback": ["id", "accepted", "accepted_chars",
+              "doc", "text"], "forget": ["doc"], "hello": ["token", "client"], "cancel": ["id"]}[typ]
+    for name in schema:
+        if rng.random() < .7:
+            frame[name] = rng.choice(junk)
+    if typ == "complete":
+        frame["prefix"] = rng.choice(junk[:5])  # never a string: no generation starts
+    return msgpack.packb(frame), False
+
+
+async def test_fuzz_ten_thousand_hostile_frames(served):
+    """Every 500 hostile frames, a real completion still gets its done; the process lives on and
+    its memory does not grow."""
+    proc, server = served
+    rng = random.Random(1234)
+    replies: list[dict] = []
+
+    async def reader(ws):
+        try:
+            async for m in ws:
+                replies.append(msgpack.unpackb(m, strict_map_key=False))
+        except ConnectionClosed:
+            pass
+
+    async def open_ws():
+        ws = await connect(f"ws://{server}/ws", additional_headers=AUTH, max_size=None)
+        return ws, asyncio.create_task(reader(ws))
+
+    ws, task = await open_ws()
+    rss0, sent, closed, answered = None, 0, 0, 0
+    for batch in range(20):
+        await ws.send(msgpack.packb({"type": "complete", "id": "storm", "doc": "storm.py", "prefix": "import os\n",
+                                     "max_new_tokens": 60}))
+        for _ in range(500):
+            frame, closes = _hostile(rng, 4096)
+            if closes:  # its own connection: the server closes it with 1009
+                async with connect(f"ws://{server}/ws", additional_headers=AUTH, max_size=None) as side:
+                    await side.send(frame)
+                    with pytest.raises(ConnectionClosed):
+                        await side.recv()
+                closed += 1
+            else:
+                await ws.send(frame)
+            sent += 1
+        await ws.send(msgpack.packb({"type": "ping"}))
+        await ws.send(msgpack.packb({"type": "complete", "id": f"real{batch}", "doc": "real.py",
+                                     "prefix": f"def f{batch}(x):\n    return ", "max_new_tokens": 8}))
+        while not any(r.get("type") == "done" and r.get("id") == f"real{batch}" for r in replies):
+            assert not task.done(), "the connection closed"
+            await asyncio.sleep(0.005)
+        done = next(r for r in replies if r.get("type") == "done" and r["id"] == f"real{batch}")
+        assert not done["cancelled"] and done["stats"]["new_tokens"] > 0
+        assert {"type": "pong"} in replies
+        for r in replies:
+            assert r["type"] in ("error", "chunk", "done", "pong", "hello"), r
+            if r["type"] == "error":
+                assert r["code"] in ("bad_frame", "bad_request", "unknown_type", "too_large", "overloaded"), r
+                assert r["code"] != "overloaded" or r["retry_after_ms"] > 0
+        answered += sum(r["type"] == "error" for r in replies)
+        replies.clear()
+        if batch == 1:
+            rss0 = _rss_kb(proc.pid)
+    assert sent == 10_000 and closed > 0 and answered > 8_000 and proc.poll() is None
+    assert _rss_kb(proc.pid) < 1.1 * rss0
+    await ws.close()
+    await task
+
+
+async def test_health_is_503_while_loading():
+    """A service whose models have not loaded, on a real socket."""
+    from aiohttp import web
+
+    from completer.config import ServeConfig
+    from completer.serve.app import Service
+
+    runner = web.AppRunner(Service(ServeConfig(), make_engine=lambda: None).app())
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = runner.addresses[0][1]
+    try:
+        with pytest.raises(urllib.error.HTTPError, match="503") as e:
+            await asyncio.to_thread(urllib.request.urlopen, f"http://127.0.0.1:{port}/health")
+        assert json.load(e.value)["status"] == "loading"
+        async with connect(f"ws://127.0.0.1:{port}/ws") as ws:
+            hello = await ask(ws, {"type": "hello"})
+            assert hello["ready"] is False and hello["model"] == {}
+            err = await ask(ws, {"type": "complete", "id": 1, "doc": "d", "prefix": "x"})
+            assert err["code"] == "not_ready" and err["retry_after_ms"] > 0
+    finally:
+        await runner.cleanup()
 
 
 def test_non_loopback_bind_without_token_refuses_to_start():

@@ -1,0 +1,414 @@
+"""`completer serve`: the engine as a service for web editors, shared language servers and
+OpenAI-compatible tools, on one host:port (aiohttp: HTTP and WebSocket on one server).
+
+  /ws                 WebSocket + msgpack (protocol.py, docs/websocket.md)
+  /v1/completions     OpenAI-compatible completions, /v1/models (openai.py)
+  /metrics, /health   Prometheus text (metrics.py), readiness
+
+The event loop only parses, validates and sends; model work runs in worker threads (the engine's
+scheduler decides who runs). Every client mistake is answered with an error and the connection
+stays open; no exception of a handler reaches the server loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hmac
+import json
+import signal
+import sys
+import threading
+import traceback
+import uuid
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from aiohttp import WSMsgType, web
+
+from .. import pipeline
+from ..client import Completion, EngineError
+from ..config import ServeConfig
+from . import openai, protocol
+from .metrics import Metrics
+from .protocol import BadRequest, FrameError, Job, Refused, error, pack
+
+WARMUPS_PER_CONNECTION = 2  # warmups in flight per connection; more are dropped (best effort)
+
+
+def origin_allowed(origin: str | None, allow: tuple[str, ...]) -> bool:
+    """No Origin (not a browser) and localhost pages pass; other origins must be listed."""
+    if origin is None or "*" in allow or origin in allow:
+        return True
+    u = urlsplit(origin)
+    return u.scheme in ("http", "https") and (u.hostname or "") in ("localhost", "127.0.0.1", "::1")
+
+
+@dataclass(eq=False)
+class Conn:
+    """One WebSocket connection."""
+    ws: web.WebSocketResponse
+    id: str
+    authed: bool
+    inflight: dict = field(default_factory=dict)   # request id → threading.Event (its cancel)
+    docs: set = field(default_factory=set)         # documents it used: forgotten when it closes
+    tasks: set = field(default_factory=set)        # its running completions
+    warming: int = 0
+
+
+class Service:
+    def __init__(self, cfg: ServeConfig, make_engine: Callable[[], object]):
+        self.cfg = cfg
+        self.make_engine = make_engine
+        self.engine = None
+        self.ready = False
+        self.load_error: str | None = None
+        self.model_info: dict = {}
+        self.model_id = ""  # the id /v1 serves it as: the target as given
+        self.pool: ThreadPoolExecutor | None = None
+        self.request_ms = 100.0  # moving average of a completion's time: the retry hint
+        self.metrics = Metrics(lambda: self.engine.stats() if self.ready else None, lambda: self.ready)
+        self.handlers = {"hello": self._hello, "ping": self._ping, "complete": self._complete,
+                         "warmup": self._warmup, "cancel": self._cancel, "feedback": self._feedback,
+                         "forget": self._forget}
+
+    # -- models ----------------------------------------------------------------------------
+    def load(self) -> None:
+        """Load the models and warm them up (a worker thread; /health says 503 meanwhile)."""
+        try:
+            engine = self.make_engine()
+            self.pool = ThreadPoolExecutor(engine.cfg.max_queue + engine.cfg.max_batch + 4,
+                                           thread_name_prefix="completer-work")
+            warm_ms = engine.warm_start()
+            sample = "def load(path):\n    with open(path) as f:\n        return json.load(f)\n"
+            self.model_info = {
+                "target": engine.pair.target_name, "draft": engine.pair.draft_name,
+                "device": str(engine.pair.device), "ctx": engine.ctx, "fim": engine.fim.layout,
+                "max_new_tokens": engine.cfg.max_new_tokens, "max_draft_len": engine.cfg.max_draft_len,
+                "prompt_budget": engine.prompt_budget(),
+                "chars_per_token": round(len(sample) / max(engine.count_tokens(sample), 1), 3)}
+            self.model_id = engine.pair.target_name
+            self.engine = engine
+            self.ready = True
+            print(f"completer serve: models ready (warm start {warm_ms:.0f} ms)", file=sys.stderr, flush=True)
+        except Exception as e:  # noqa: BLE001 - reported, and run() exits with it
+            self.load_error = str(e) or type(e).__name__
+
+    def retry_after_ms(self) -> int:
+        return max(50, round(self.request_ms))
+
+    # -- one completion, for either endpoint -----------------------------------------------
+    async def complete(self, job: Job, cancel: threading.Event, on_delta: Callable[[str], Awaitable[None]],
+                       kind: str) -> tuple[Completion, bool]:
+        """Run `job` in a worker thread, awaiting `on_delta(text)` for each streamed delta →
+        (the final completion, whether it was cancelled). Raises Refused; `cancel` is set when
+        this coroutine ends early (its caller went away)."""
+        loop = asyncio.get_running_loop()
+        deltas: asyncio.Queue = asyncio.Queue()
+
+        def work() -> Completion:
+            try:
+                if cancel.is_set():
+                    return Completion("", stop_reason="cancelled")
+                on_text = (lambda d: loop.call_soon_threadsafe(deltas.put_nowait, d)) if job.stream else None
+                return self._run_engine(job, cancel, on_text)
+            finally:
+                loop.call_soon_threadsafe(deltas.put_nowait, None)
+
+        fut = loop.run_in_executor(self.pool, work)
+        try:
+            while (delta := await deltas.get()) is not None:
+                await on_delta(delta)
+            c = await fut
+        except EngineError as e:
+            self.metrics.requests.labels(kind, "error").inc()
+            raise self._refusal(e) from None
+        except Exception as e:
+            cancel.set()
+            if not isinstance(e, ConnectionError):
+                traceback.print_exc()
+                self.metrics.requests.labels(kind, "error").inc()
+                raise Refused("internal", f"{type(e).__name__}: {e}") from None
+            raise
+        except BaseException:  # cancelled: the client went away
+            cancel.set()
+            raise
+        cancelled = cancel.is_set() or c.stop_reason in ("cancelled", "superseded")
+        type_through = bool(c.extra.get("type_through"))
+        self.metrics.requests.labels(kind, "cancelled" if cancelled else "type_through" if type_through else "ok").inc()
+        if not cancelled:
+            self.metrics.observe(c.to_json())
+            self.request_ms = 0.9 * self.request_ms + 0.1 * c.total_ms
+        return c, cancelled
+
+    def _run_engine(self, job: Job, cancel: threading.Event, on_text) -> Completion:
+        """The syntax-aware pipeline when a language is given, else the plain engine (a worker thread)."""
+        if job.language:
+            return pipeline.complete_at(self.engine, job.prefix + job.suffix, len(job.prefix), language=job.language,
+                                        doc_key=job.doc_key,
+                                        options=pipeline.CompletionOptions(max_new_tokens=job.max_new),
+                                        cancel=cancel, on_text=on_text)
+        return self.engine.complete(job.prefix, job.suffix, doc_key=job.doc_key, max_new=job.max_new,
+                                    stop_text=protocol.stop_text(job.stop) if job.stop else None,
+                                    cancel=cancel, on_text=on_text, node_kind=job.node_kind)
+
+    def _refusal(self, e: EngineError) -> Refused:
+        """An engine's error as the service's answer."""
+        code = protocol.ENGINE_CODES.get(e.code, "internal")
+        retry = round(e.retry_after * 1e3) if e.retry_after is not None else None
+        if code == "overloaded" and retry is None:
+            retry = self.retry_after_ms()
+        if code == "internal":
+            traceback.print_exception(e)
+        return Refused(code, e.message or type(e).__name__, retry)
+
+    # -- HTTP ------------------------------------------------------------------------------
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.cfg.max_frame_bytes, middlewares=[self._guard])
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/metrics", self.metrics_page)
+        app.router.add_get("/ws", self.websocket)
+        app.router.add_post("/v1/completions", functools.partial(openai.completions, self))
+        app.router.add_get("/v1/models", functools.partial(openai.models, self))
+        app.on_response_prepare.append(_cors)
+        return app
+
+    def token(self, request: web.Request) -> bool | None:
+        """True/False for a token given in the Authorization header or the ?token= query, None
+        when none was given."""
+        auth = request.headers.get("Authorization", "")
+        given = request.query.get("token", auth[len("Bearer "):].strip() if auth.startswith("Bearer ") else None)
+        if given is None:
+            return None
+        return self.cfg.token is None or hmac.compare_digest(given.encode(), self.cfg.token.encode())
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler) -> web.StreamResponse:
+        """Origin rules for every path; CORS preflight; helpful 404/405."""
+        api = request.path.startswith("/v1/")
+        if not origin_allowed(request.headers.get("Origin"), self.cfg.allow_origins):
+            msg = "origin not allowed (see --allow-origin)"
+            return openai.error(403, msg, "origin_not_allowed") if api else web.Response(status=403, text=msg + "\n")
+        if request.method == "OPTIONS" and api:  # a browser's CORS preflight (carries no token)
+            return web.Response(status=204, headers={"Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+                                                     "Access-Control-Allow-Headers": "Authorization, Content-Type",
+                                                     "Access-Control-Max-Age": "600"})
+        try:
+            return await handler(request)
+        except (web.HTTPNotFound, web.HTTPMethodNotAllowed) as e:
+            msg = (f"{request.method} {request.path}: try GET /ws, /health, /metrics, /v1/models "
+                   "or POST /v1/completions")
+            return openai.error(e.status, msg, "not_found") if api else web.Response(status=e.status, text=msg + "\n")
+
+    async def health(self, request: web.Request) -> web.Response:
+        body = {"status": "ready" if self.ready else ("failed" if self.load_error else "loading")}
+        if self.load_error:
+            body["error"] = self.load_error
+        return web.json_response(body, status=200 if self.ready else 503, dumps=lambda o: json.dumps(o) + "\n")
+
+    async def metrics_page(self, request: web.Request) -> web.Response:
+        if self.cfg.token is not None and not self.token(request):
+            return web.Response(status=401, text="token required\n")
+        body, ctype = self.metrics.text()
+        return web.Response(body=body, headers={"Content-Type": ctype})
+
+    # -- WebSocket -------------------------------------------------------------------------
+    async def websocket(self, request: web.Request) -> web.StreamResponse:
+        token = self.token(request)
+        if token is False:
+            return web.Response(status=401, text="wrong token\n")
+        # Frames above max_frame_bytes get an error frame; past 4x that the library closes the
+        # connection (1009) rather than buffer an unbounded message.
+        ws = web.WebSocketResponse(max_msg_size=4 * self.cfg.max_frame_bytes, compress=False)
+        if not ws.can_prepare(request):
+            return web.Response(status=426, text="expected a WebSocket upgrade\n", headers={"Upgrade": "websocket"})
+        await ws.prepare(request)
+        conn = Conn(ws, uuid.uuid4().hex[:12], authed=self.cfg.token is None or bool(token))
+        try:
+            async for m in ws:
+                if m.type not in (WSMsgType.BINARY, WSMsgType.TEXT):
+                    break  # an error the library closed the connection for (1009, 1007)
+                reply = self.frame(conn, m.data)
+                if reply is not None:
+                    await ws.send_bytes(pack(reply))
+        except ConnectionError:
+            pass  # the peer went away mid-send: nothing left to answer
+        finally:
+            for ev in conn.inflight.values():
+                ev.set()
+            if self.ready:
+                for doc in conn.docs:
+                    self.pool.submit(self.engine.forget, self._doc_key(conn, doc))
+        return ws
+
+    def frame(self, conn: Conn, message: bytes | str) -> dict | None:
+        """Parse and dispatch one frame → the reply frame, if one is due now."""
+        try:
+            msg = protocol.unpack(message, self.cfg.max_frame_bytes)
+        except FrameError as e:
+            return error(None, e.code, str(e))
+        typ, id_ = msg["type"], protocol.frame_id(msg)
+        try:
+            if typ != "hello" and not conn.authed:
+                return error(id_, "unauthorized", "send a hello frame with the token first")
+            if typ not in self.handlers:
+                return error(id_, "unknown_type", f"unknown frame type {typ!r}")
+            return self.handlers[typ](conn, protocol.fields(msg))
+        except BadRequest as e:
+            return error(id_, "bad_request", str(e))
+        except Exception as e:  # noqa: BLE001 - the connection must survive our bugs too
+            traceback.print_exc()
+            return error(id_, "internal", f"{type(e).__name__}: {e}")
+
+    def _doc_key(self, conn: Conn, doc: str) -> str:
+        return f"{conn.id}:{doc}"  # documents of different connections never share a slot
+
+    def _hello(self, conn: Conn, f: dict) -> dict:
+        if self.cfg.token is not None and not conn.authed:
+            if f["token"] is None or not hmac.compare_digest(f["token"].encode(), self.cfg.token.encode()):
+                return error(None, "unauthorized", "wrong or missing token")
+            conn.authed = True
+        return {"type": "hello", "server": "completer", "version": _version(), "protocol": protocol.PROTOCOL_VERSION,
+                "model": self.model_info, "ready": self.ready}
+
+    def _ping(self, conn: Conn, f: dict) -> dict:
+        return {"type": "pong"}
+
+    def _complete(self, conn: Conn, f: dict) -> dict | None:
+        id_, max_new = f["id"], f["max_new_tokens"]
+        if not self.ready:
+            return error(id_, "not_ready", "models are still loading; retry when /health says ready",
+                         self.retry_after_ms())
+        if max_new is not None and not 1 <= max_new <= self.engine.ctx // 2:
+            raise BadRequest(f'"max_new_tokens" must be in 1..{self.engine.ctx // 2}', "max_new_tokens")
+        if id_ in conn.inflight:
+            raise BadRequest(f"request id {id_!r} is already in flight", "id")
+        if len(conn.inflight) >= self.cfg.max_inflight:
+            return error(id_, "overloaded", f"{len(conn.inflight)} requests in flight on this connection",
+                         self.retry_after_ms())
+        job = Job(self._doc_key(conn, f["doc"]), f["prefix"], f["suffix"] or "", f["language"], max_new,
+                  f["node_kind"], stream=f["stream"] is not False)
+        conn.docs.add(f["doc"])
+        conn.inflight[id_] = cancel = threading.Event()
+        task = asyncio.get_running_loop().create_task(self._answer(conn, id_, job, cancel))
+        conn.tasks.add(task)
+        task.add_done_callback(conn.tasks.discard)
+        return None
+
+    async def _answer(self, conn: Conn, id_, job: Job, cancel: threading.Event) -> None:
+        send = conn.ws.send_bytes
+        try:
+            try:
+                c, cancelled = await self.complete(job, cancel, lambda d: send(pack({"type": "chunk", "id": id_,
+                                                                                      "text": d})), "complete")
+            except Refused as e:
+                await send(pack(error(id_, e.code, e.message, e.retry_after_ms)))
+                return
+            stats = {k: v for k, v in c.to_json().items() if k not in ("text", "token_ids")}
+            await send(pack({"type": "done", "id": id_, "text": c.text, "cancelled": cancelled, "stats": stats}))
+        except ConnectionError:
+            cancel.set()  # the connection closed under us
+        finally:
+            conn.inflight.pop(id_, None)
+
+    def _warmup(self, conn: Conn, f: dict) -> dict | None:
+        if not self.ready:
+            return error(None, "not_ready", "models are still loading", self.retry_after_ms())
+        conn.docs.add(f["doc"])
+        if conn.warming >= WARMUPS_PER_CONNECTION:
+            self.metrics.requests.labels("warmup", "dropped").inc()
+            return None
+        conn.warming += 1
+        key, loop = self._doc_key(conn, f["doc"]), asyncio.get_running_loop()
+
+        def work():
+            try:
+                self.engine.warmup(f["prefix"], f["suffix"] or "", doc_key=key)
+                self.metrics.requests.labels("warmup", "ok").inc()
+            except Exception:  # noqa: BLE001 - a warmup is best effort: counted, not answered
+                self.metrics.requests.labels("warmup", "error").inc()
+            finally:
+                loop.call_soon_threadsafe(_done_warming, conn)
+
+        self.pool.submit(work)
+        return None
+
+    def _cancel(self, conn: Conn, f: dict) -> None:
+        ev = conn.inflight.get(f["id"])
+        if ev is not None:
+            ev.set()
+
+    def _feedback(self, conn: Conn, f: dict) -> None:
+        if self.ready:
+            self.pool.submit(self.engine.feedback, self._doc_key(conn, f["doc"] or ""), f["text"] or "",
+                             f["accepted"], f["accepted_chars"])
+
+    def _forget(self, conn: Conn, f: dict) -> None:
+        conn.docs.discard(f["doc"])
+        if self.ready:
+            self.pool.submit(self.engine.forget, self._doc_key(conn, f["doc"]))
+
+
+def _done_warming(conn: Conn) -> None:
+    conn.warming -= 1
+
+
+async def _cors(request: web.Request, response: web.StreamResponse) -> None:
+    """Let allowed browser pages read the answers (the guard refused the other origins)."""
+    origin = request.headers.get("Origin")
+    if origin is not None:
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Vary"] = "Origin"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("completer")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+async def _serve(service: Service) -> int:
+    cfg, loop = service.cfg, asyncio.get_running_loop()
+    stop, loaded = loop.create_future(), loop.create_future()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(0))
+    runner = web.AppRunner(service.app(), handle_signals=False, handler_cancellation=True, access_log=None,
+                           shutdown_timeout=1.0)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, cfg.host, cfg.port).start()
+        port = runner.addresses[0][1]
+        print(f"completer serve: listening on ws://{cfg.host}:{port}/ws and http://{cfg.host}:{port}/v1 "
+              "(models loading)", file=sys.stderr, flush=True)
+
+        def load() -> None:
+            service.load()
+            with contextlib.suppress(RuntimeError):  # the loop already closed: nobody waits
+                loop.call_soon_threadsafe(lambda: loaded.done() or loaded.set_result(None))
+
+        threading.Thread(target=load, name="completer-load", daemon=True).start()
+        await asyncio.wait([stop, loaded], return_when=asyncio.FIRST_COMPLETED)
+        if service.load_error:
+            print(f"completer: error: {service.load_error}", file=sys.stderr)
+            return 2
+        await stop
+    finally:
+        await runner.cleanup()
+        if service.pool is not None:
+            service.pool.shutdown(wait=False, cancel_futures=True)
+    return 0
+
+
+def run(cfg: ServeConfig, make_engine: Callable[[], object]) -> int:
+    """Serve until SIGINT/SIGTERM → the exit code (2: the port cannot be bound, or the models
+    failed to load). `make_engine` builds the local Engine (called in a worker thread)."""
+    try:
+        return asyncio.run(_serve(Service(cfg, make_engine)))
+    except OSError as e:  # the port is taken, the host does not resolve
+        print(f"completer: error: cannot listen on {cfg.host}:{cfg.port}: {e.strerror or e}", file=sys.stderr)
+        return 2

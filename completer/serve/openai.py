@@ -1,0 +1,173 @@
+"""OpenAI-compatible endpoints of `completer serve`: `POST /v1/completions` (text completion with
+`suffix` for fill-in-the-middle, streamed as server-sent events) and `GET /v1/models`, so that
+tools speaking OpenAI's API get the engine's speculative decoding and per-document KV cache
+(`user` names the document). Errors in OpenAI's shape: {"error": {message, type, param, code}}.
+
+`service` is the app's Service (duck-typed here: this module does not import the app)."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+
+from aiohttp import web
+
+from .protocol import BadRequest, Job, Refused, check
+
+# field → accepted types; other fields are ignored, as OpenAI-compatible servers do
+FIELDS = {"prompt": (str,), "suffix": (str,), "max_tokens": (int,), "temperature": (int, float),
+          "top_p": (int, float), "stop": (str, list), "stream": (bool,), "n": (int,), "user": (str,),
+          "model": (str,), "echo": (bool,), "logprobs": (int,), "best_of": (int,)}
+MAX_STOPS = 4
+STATUS = {"bad_request": 400, "unauthorized": 401, "overloaded": 429, "not_ready": 503, "internal": 500}
+TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
+         413: "invalid_request_error", 429: "rate_limit_error", 503: "server_error", 500: "server_error"}
+
+
+def error(status: int, message: str, code: str | None = None, param: str | None = None,
+          headers: dict | None = None) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": TYPES.get(status, "invalid_request_error"),
+                                        "param": param, "code": code}}, status=status, headers=headers)
+
+
+def refused(e: Refused) -> web.Response:
+    """The service's refusal as an OpenAI error (429 with Retry-After when overloaded)."""
+    headers = {"Retry-After": str(max(1, round(e.retry_after_ms / 1e3)))} if e.retry_after_ms is not None else None
+    return error(STATUS.get(e.code, 500), e.message, e.code, headers=headers)
+
+
+def _auth(service, request: web.Request) -> web.Response | None:
+    if service.cfg.token is not None and not service.token(request):
+        return error(401, "a token is required: send Authorization: Bearer TOKEN", "invalid_api_key")
+    if not service.ready:
+        return error(503, "the models are still loading; retry when /health says ready", "not_ready",
+                     headers={"Retry-After": "1"})
+    return None
+
+
+async def models(service, request: web.Request) -> web.Response:
+    if (refusal := _auth(service, request)) is not None:
+        return refusal
+    return web.json_response({"object": "list", "data": [
+        {"id": service.model_id, "object": "model", "created": 0, "owned_by": "completer"}]})
+
+
+def parse(body: bytes, ctx: int) -> dict:
+    """The request's fields, checked (absent ones None). Raises BadRequest."""
+    try:
+        req = json.loads(body)
+    except (ValueError, RecursionError) as e:
+        raise BadRequest(f"the body is not valid JSON: {e}") from None
+    if not isinstance(req, dict):
+        raise BadRequest(f"the body must be a JSON object, not {type(req).__name__}")
+    f = {name: check(req, name, types, required=name == "prompt") for name, types in FIELDS.items()}
+    if f["max_tokens"] is not None and not 1 <= f["max_tokens"] <= ctx // 2:
+        raise BadRequest(f'"max_tokens" must be in 1..{ctx // 2}', "max_tokens")
+    if f["temperature"] is not None and not 0 <= f["temperature"] <= 2:
+        raise BadRequest('"temperature" must be in 0..2', "temperature")
+    if f["top_p"] is not None and not 0 < f["top_p"] <= 1:
+        raise BadRequest('"top_p" must be in (0, 1]', "top_p")
+    for name, default in (("n", 1), ("best_of", 1), ("echo", False), ("logprobs", None)):
+        if f[name] is not None and f[name] != default:
+            raise BadRequest(f'"{name}" = {f[name]!r} is not supported (only {default!r})', name)
+    stops = [f["stop"]] if isinstance(f["stop"], str) else f["stop"] or []
+    if len(stops) > MAX_STOPS or not all(isinstance(s, str) for s in stops):
+        raise BadRequest(f'"stop" must be a string or a list of at most {MAX_STOPS} strings', "stop")
+    f["stop"] = tuple(s for s in stops if s)
+    return f
+
+
+async def completions(service, request: web.Request) -> web.StreamResponse:
+    if (refusal := _auth(service, request)) is not None:
+        return refusal
+    try:
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return error(413, f"the body exceeds {service.cfg.max_frame_bytes} bytes (--max-frame-bytes)",
+                     "too_large")
+    try:
+        f = parse(body, service.engine.ctx)
+    except BadRequest as e:
+        return error(400, str(e), "bad_request", e.param)
+    if f["model"] is not None and f["model"] != service.model_id:
+        return error(404, f"the model {f['model']!r} does not exist here; this server serves "
+                          f"{service.model_id!r} (GET /v1/models)", "model_not_found", "model")
+    user = f["user"]
+    doc_key = f"openai:{user}" if user is not None else f"openai:-{uuid.uuid4().hex}"  # one-off: forgotten after
+    job = Job(doc_key, f["prompt"], f["suffix"] or "", max_new=f["max_tokens"], stop=f["stop"],
+              stream=bool(f["stream"]))
+    head = {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion", "created": int(time.time()),
+            "model": service.model_id}
+    cancel = threading.Event()
+    try:
+        if f["stream"]:
+            return await _stream(service, request, job, cancel, head)
+        try:
+            c, _ = await service.complete(job, cancel, _ignore, "openai")
+        except Refused as e:
+            return refused(e)
+        return web.json_response({**head, "choices": [_choice(c.text, c)], "usage": _usage(c)})
+    finally:
+        if user is None:
+            service.pool.submit(service.engine.forget, doc_key)
+
+
+async def _stream(service, request: web.Request, job: Job, cancel: threading.Event, head: dict):
+    """Server-sent events: `data: {chunk}` per delta, the last with finish_reason, then `data: [DONE]`.
+    Text that may be the start of a stop sequence is held back until it is known not to be."""
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    text, sent = [""], [0]  # streamed so far; how much of it went out
+
+    async def emit(chunk_text: str, c=None) -> None:
+        if not resp.prepared:
+            await resp.prepare(request)
+        await resp.write(b"data: " + json.dumps({**head, "choices": [_choice(chunk_text, c)]}).encode() + b"\n\n")
+
+    async def on_delta(delta: str) -> None:
+        text[0] += delta
+        safe = _sendable(text[0], job.stop)
+        if safe > sent[0]:
+            await emit(text[0][sent[0]:safe])
+            sent[0] = safe
+
+    try:
+        c, _ = await service.complete(job, cancel, on_delta, "openai")
+    except ConnectionError:
+        return resp  # the client went away: generation was cancelled
+    except Refused as e:
+        if not resp.prepared:
+            return refused(e)
+        await resp.write(b"data: " + json.dumps({"error": {"message": e.message, "type": "server_error",
+                                                           "param": None, "code": e.code}}).encode() + b"\n\n")
+        await resp.write_eof()
+        return resp
+    done = text[0][:sent[0]]
+    await emit(c.text[len(done):] if c.text.startswith(done) else "", c)
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
+
+
+def _sendable(text: str, stops: tuple[str, ...]) -> int:
+    """How much of the text streamed so far can go out: up to a stop sequence in it, else all but a
+    tail that may begin one."""
+    found = [i for i in (text.find(s) for s in stops) if i >= 0]
+    if found:
+        return min(found)
+    return len(text) - max((k for s in stops for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+
+
+def _choice(text: str, c=None) -> dict:
+    """A choice; `c` (the final Completion) gives its finish_reason."""
+    finish = None if c is None else "length" if c.stop_reason in ("length", "context") else "stop"
+    return {"text": text, "index": 0, "logprobs": None, "finish_reason": finish}
+
+
+def _usage(c) -> dict:
+    return {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.new_tokens,
+            "total_tokens": c.prompt_tokens + c.new_tokens}
+
+
+async def _ignore(delta: str) -> None:
+    """Non-streamed requests get no deltas (Job.stream is False)."""

@@ -1,0 +1,133 @@
+"""The WebSocket protocol of `completer serve` (docs/websocket.md): frame schemas as data, their
+validation, error codes and msgpack framing; and `Job`, the one completion request both the
+WebSocket and the OpenAI endpoints hand to the app."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgpack
+
+from ..client import StopText
+
+PROTOCOL_VERSION = "1"
+ERROR_CODES = ("bad_frame", "bad_request", "unknown_type", "too_large", "unauthorized", "overloaded",
+               "not_ready", "internal")
+# EngineError.code (completer.client.ERROR_CODES) → the code a client of this service gets
+ENGINE_CODES = {"overloaded": "overloaded", "bad_request": "bad_request", "model": "bad_request",
+                "not_ready": "not_ready", "unavailable": "not_ready"}  # anything else: internal
+
+ID = (int, str)
+# frame type → {field: (accepted types, required)}; other fields are ignored
+FRAMES: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
+    "hello": {"token": ((str,), False), "client": ((str,), False)},
+    "ping": {},
+    "complete": {"id": (ID, True), "doc": ((str,), True), "prefix": ((str,), True), "suffix": ((str,), False),
+                 "language": ((str,), False), "max_new_tokens": ((int,), False), "stream": ((bool,), False),
+                 "node_kind": ((str,), False)},
+    "warmup": {"doc": ((str,), True), "prefix": ((str,), True), "suffix": ((str,), False),
+               "language": ((str,), False)},
+    "cancel": {"id": (ID, True)},
+    "feedback": {"id": (ID, True), "accepted": ((bool,), True), "accepted_chars": ((int,), False),
+                 "doc": ((str,), False), "text": ((str,), False)},
+    "forget": {"doc": ((str,), True)},
+}
+_TYPE_NAMES = {int: "an integer", str: "a string", bool: "a boolean", float: "a number", list: "a list",
+               dict: "a map"}
+
+
+class BadRequest(Exception):
+    """A frame or request whose fields are wrong; the message names the field (`param`)."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+class FrameError(Exception):
+    """A frame that is not a protocol frame at all; `code` is bad_frame or too_large."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class Refused(Exception):
+    """A request the service answers with an error: `code` is one of ERROR_CODES."""
+
+    def __init__(self, code: str, message: str, retry_after_ms: int | None = None):
+        super().__init__(message)
+        self.code, self.message, self.retry_after_ms = code, message, retry_after_ms
+
+
+@dataclass(frozen=True)
+class Job:
+    """One completion request, whichever endpoint it came in by."""
+    doc_key: str
+    prefix: str
+    suffix: str = ""
+    language: str | None = None    # set: the syntax-aware pipeline; None: the plain engine
+    max_new: int | None = None     # None: the engine's default
+    node_kind: str | None = None
+    stop: tuple[str, ...] = ()     # stop sequences (plain engine only): the text ends before the first
+    stream: bool = True
+
+
+def pack(msg: dict) -> bytes:
+    return msgpack.packb(msg, use_bin_type=True)
+
+
+def error(id_, code: str, message: str, retry_after_ms: int | None = None) -> dict:
+    e = {"type": "error", "id": id_, "code": code, "message": message}
+    if retry_after_ms is not None:
+        e["retry_after_ms"] = retry_after_ms
+    return e
+
+
+def unpack(message: bytes | str, max_bytes: int) -> dict:
+    """One frame → its map with a string "type". Raises FrameError."""
+    if isinstance(message, str):
+        raise FrameError("bad_frame", "frames must be binary msgpack, not text")
+    if len(message) > max_bytes:
+        raise FrameError("too_large", f"frame of {len(message)} bytes exceeds {max_bytes}")
+    try:
+        msg = msgpack.unpackb(message, raw=False, strict_map_key=False)
+    except Exception as e:  # noqa: BLE001 - any decode failure (and msgpack's depth limit) is the client's frame
+        raise FrameError("bad_frame", f"not msgpack: {type(e).__name__}") from None
+    if not isinstance(msg, dict):
+        raise FrameError("bad_frame", f"a frame must be a msgpack map, not {type(msg).__name__}")
+    if not isinstance(msg.get("type"), str):
+        raise FrameError("bad_frame", 'a frame needs a string "type"')
+    return msg
+
+
+def frame_id(msg: dict):
+    """The frame's id when usable (for error replies), else None."""
+    id_ = msg.get("id")
+    return id_ if isinstance(id_, ID) and not isinstance(id_, bool) else None
+
+
+def fields(msg: dict) -> dict:
+    """The fields of a frame of a known type, checked against FRAMES (absent optional fields are
+    None). Raises BadRequest."""
+    return {name: check(msg, name, types, required) for name, (types, required) in FRAMES[msg["type"]].items()}
+
+
+def check(msg: dict, name: str, types: tuple[type, ...], required: bool = False):
+    """msg[name] when it has one of `types` (None when absent and optional). Raises BadRequest."""
+    v = msg.get(name)
+    if v is None:
+        if required:
+            raise BadRequest(f'missing field "{name}"', name)
+        return None
+    if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):  # bool is an int
+        names = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
+        raise BadRequest(f'field "{name}" must be {names}, not {type(v).__name__}', name)
+    return v
+
+
+def stop_text(stops: tuple[str, ...]) -> StopText:
+    """The engine's stop rule for stop sequences: keep the text before the first one."""
+    def cut(text: str) -> int | None:
+        found = [i for i in (text.find(s) for s in stops) if i >= 0]
+        return min(found) if found else None
+    return cut
