@@ -1,16 +1,20 @@
 """`completer-lsp`: the language server (pygls). Handlers only convert between LSP types and
-`lsp.service`; the protocol subclass keeps the server alive and spec-conformant on bad input
-(errors for requests before `initialize`, unparseable or mistyped messages, broken framing)."""
+`lsp.service`. Every transport (stdio, `--tcp`, `--ws`) feeds message bodies to one `dispatch`
+that keeps the server alive and spec-conformant on any input: a frame that is too large, nested
+too deep, not JSON, not JSON-RPC or of the wrong shape gets the error the spec names (or is dropped
+if it was a notification); a handler's exception never reaches the loop. The process ends on
+`exit` (or when stdin closes)."""
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import logging
 import os
 import re
 import sys
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from lsprotocol import types as t
@@ -21,17 +25,38 @@ from pygls.exceptions import (
     JsonRpcParseError,
     JsonRpcServerNotInitialized,
 )
-from pygls.io_ import StdinAsyncReader, StdoutWriter
+from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
+from pygls.uris import to_fs_path
 
-from .options import parse_options
+from completer import config
+
+from .options import SCOPES, parse_options, update_options
 from .service import Edit, Service
 
 log = logging.getLogger("completer.lsp")
 HEADER = re.compile(rb"Content-Length:\s*(\d+)", re.IGNORECASE)
-MAX_BODY = 512 * 2**20  # a larger Content-Length is a framing error, not a message to buffer
-_DROPPED = object()     # a message answered (or ignored) while it was being decoded
+MAX_BODY = 64 * 2**20      # bytes of one message (a 16 Mi-char document fits); larger: -32600, skipped
+MAX_DEPTH = 64             # JSON nesting; LSP messages need < 20, json's parser recurses on each level
+MAX_LINE = 64 * 2**10      # bytes of one header line; a longer line is garbage between frames
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
+
+
+def nesting(body: bytes) -> int:
+    """An upper bound of the JSON nesting depth of `body`, at C speed: escapes and strings go,
+    then only brackets stay and innermost pairs are removed one level per pass."""
+    if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
+        return 0
+    unescaped = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    s = b"".join(unescaped.split(b'"')[::2]).translate(None, _NOT_BRACKETS)  # outside strings
+    depth = 0
+    while s and depth <= MAX_DEPTH:
+        inner = s.replace(b"[]", b"").replace(b"{}", b"")
+        if len(inner) == len(s):
+            break  # unbalanced: each opener left may still be one more level
+        s, depth = inner, depth + 1
+    return depth + s.count(b"[") + s.count(b"{")
 
 
 def _user_handler(method: str):
@@ -41,6 +66,11 @@ def _user_handler(method: str):
         if (user := self.fm.features.get(method)) is not None:
             yield user, (params,), None
     return lsp_method(method)(handler)
+
+
+def _request_id(data: dict) -> int | str | None:
+    i = data.get("id")
+    return i if isinstance(i, (int, str)) and not isinstance(i, bool) else None
 
 
 class Protocol(LanguageServerProtocol):
@@ -55,27 +85,39 @@ class Protocol(LanguageServerProtocol):
     def reply_error(self, msg_id, exc: JsonRpcException) -> None:
         self._send_response(msg_id, None, exc.to_response_error())
 
-    def structure_message(self, data: dict[str, Any]):
-        if "jsonrpc" in data and "method" in data and "params" not in data:
-            data = {**data, "params": None}  # params are optional in JSON-RPC; pygls needs the key
-        try:
-            return super().structure_message(data)
-        except JsonRpcException as e:  # params of the wrong shape for a known method
-            if "method" in data and isinstance(data.get("id"), (int, str)):
-                self.reply_error(data["id"], e)
-            return _DROPPED
+    def structure(self, data: Any):
+        """The typed message for parsed JSON, or None once the error the spec names has been
+        sent (requests, and shapes whose id cannot be read: id null) or the message dropped."""
+        if not isinstance(data, dict):
+            self.reply_error(None, JsonRpcInvalidRequest("a message must be a JSON object"))
+            return None
+        msg_id, has_id = _request_id(data), "id" in data
+        if "method" in data:
+            if data.get("jsonrpc") != "2.0" or not isinstance(data["method"], str) or (has_id and msg_id is None):
+                if has_id:
+                    self.reply_error(msg_id, JsonRpcInvalidRequest(
+                        'a request needs "jsonrpc": "2.0", a string method and an integer or string id'))
+                return None
+            try:  # params are optional in JSON-RPC; pygls needs the key
+                return self.structure_message({**data, "params": data.get("params")})
+            except JsonRpcException:  # params of the wrong shape for a known method
+                if has_id:
+                    self.reply_error(msg_id, JsonRpcInvalidParams(f"invalid params for {data['method']}"))
+                return None
+        if data.get("jsonrpc") == "2.0" and msg_id is not None and ("result" in data or "error" in data):
+            try:  # the client's answer to one of our requests
+                return self.structure_message(data)
+            except JsonRpcException:
+                log.warning("malformed response from the client: %.200r", data)
+                return None
+        self.reply_error(msg_id, JsonRpcInvalidRequest("neither a request, a notification nor a response"))
+        return None
 
     def handle_message(self, message) -> None:
-        if message is _DROPPED:
-            return
-        if not hasattr(message, "jsonrpc"):  # valid JSON but not a JSON-RPC message object
-            if isinstance(message, dict) and isinstance(message.get("id"), (int, str)):
-                self.reply_error(message["id"], JsonRpcInvalidRequest())
-            return
         method = getattr(message, "method", None)
         is_request = method is not None and getattr(message, "id", None) is not None
         if method == t.INITIALIZE:
-            if self.initialize_seen:  # only once per connection, or options and documents reset
+            if self.initialize_seen:  # only once per session, or options and documents reset
                 if is_request:
                     self.reply_error(message.id, JsonRpcInvalidRequest("already initialized"))
                 return
@@ -89,40 +131,59 @@ class Protocol(LanguageServerProtocol):
             return
         super().handle_message(message)
 
+    def end_session(self) -> None:
+        """The client's connection closed (TCP, WebSocket): the next one starts afresh."""
+        for fut in list(self._request_futures.values()):
+            fut.cancel()
+        self._request_futures.clear()
+        self.initialize_seen, self._shutdown, self.writer = False, False, None
+
 
 class CompleterServer(LanguageServer):
-    def __init__(self, defaults: dict | None = None):
+    def __init__(self, cli: dict | None = None):
         super().__init__("completer-lsp", "0.1.0", protocol_cls=Protocol,
                          text_document_sync_kind=t.TextDocumentSyncKind.Incremental)
-        self.defaults = defaults or {}
-        self.service = Service()
+        self.cli = cli or {}  # options given as completer-lsp flags: above every other source
+        self.service = Service(say=self.say)
         self.warnings: list[str] = []
+        self.load_ids = itertools.count(1)  # one progress token per load
 
     def report_server_error(self, error: Exception, source) -> None:
         # Malformed client input is logged, not shown: a fuzzing client must not flood the user.
         log.warning("%s: %s", getattr(source, "__name__", source), error)
 
-    def message(self, kind: t.MessageType, text: str) -> None:
+    def say(self, level: str, text: str) -> None:
+        kind = {"error": t.MessageType.Error, "warning": t.MessageType.Warning}.get(level, t.MessageType.Info)
         self.window_show_message(t.ShowMessageParams(type=kind, message=f"completer: {text}"))
 
     async def load_engine(self) -> None:
+        """(Re)load the engine, shown as $/progress begin → report(percentage) → end once the
+        client has accepted the token (the load does not wait for that answer)."""
         caps = self.client_capabilities.window
-        token = "completer/load-models" if caps is not None and caps.work_done_progress else None
-        if token is not None:
-            try:
-                await self.work_done_progress.create_async(token)
-                self.work_done_progress.begin(token, t.WorkDoneProgressBegin(
-                    title="completer", message="loading models", cancellable=False))
-            except Exception:  # the client refused the token: load without progress
-                token = None
-        state = await asyncio.get_running_loop().run_in_executor(self.service.worker,
-                                                                 self.service.load_engine)
-        if token is not None:
+        token = f"completer/load-models/{next(self.load_ids)}"
+        shown = asyncio.ensure_future(self._begin_progress(token) if caps and caps.work_done_progress
+                                      else asyncio.sleep(0, False))
+        loop = asyncio.get_running_loop()
+
+        def report(percent: int, stage: str) -> None:
+            if shown.done() and not shown.cancelled() and shown.result():
+                self.work_done_progress.report(token, t.WorkDoneProgressReport(message=stage, percentage=percent))
+
+        state = await self.service.load(lambda percent, stage: loop.call_soon_threadsafe(report, percent, stage))
+        if shown.done() and shown.result():
             self.work_done_progress.end(token, t.WorkDoneProgressEnd(message=state))
+        shown.cancel()
         if state != "ready":
-            self.message(t.MessageType.Error, f"engine {state}")
+            self.say("error", f"engine {state}; completions are off")
 
-
+    async def _begin_progress(self, token: str) -> bool:
+        try:
+            await self.work_done_progress.create_async(token)
+        except Exception:  # the client refused the token: load without progress
+            return False
+        self.work_done_progress.begin(token, t.WorkDoneProgressBegin(
+            title="completer", message="loading models", percentage=0, cancellable=False))
+        return True
 
 
 def _get(params: Any, name: str, default: Any = None) -> Any:
@@ -132,22 +193,43 @@ def _get(params: Any, name: str, default: Any = None) -> Any:
     return getattr(params, name, default)
 
 
-def build(defaults: dict | None = None) -> CompleterServer:
-    ls = CompleterServer(defaults)
+def _plain(value: Any) -> Any:
+    """LSPAny as pygls hands it over (namedtuples for objects) back to plain JSON values."""
+    if hasattr(value, "_asdict"):
+        return {k: _plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def build(cli: dict | None = None) -> CompleterServer:
+    ls = CompleterServer(cli)
 
     @ls.feature(t.INITIALIZE)
     def initialize(ls: CompleterServer, params: t.InitializeParams):
-        raw = params.initialization_options
-        merged = {**ls.defaults, **raw} if isinstance(raw, dict) else (raw or dict(ls.defaults))
-        opts, ls.warnings = parse_options(merged)
+        root = to_fs_path(params.root_uri) if params.root_uri else params.root_path
+        opts, ls.warnings = parse_options(params.initialization_options, cli=ls.cli, root=root)
         enc = ls.workspace.position_encoding
         ls.service.configure(opts, str(getattr(enc, "value", enc) or "utf-16"))
 
     @ls.feature(t.INITIALIZED)
     async def initialized(ls: CompleterServer, params: t.InitializedParams):
         for w in ls.warnings:
-            ls.message(t.MessageType.Warning, w)
-        await ls.load_engine()
+            ls.say("warning", w)
+        if ls.service.needs_load():
+            await ls.load_engine()
+
+    @ls.feature(t.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(ls: CompleterServer, params: t.DidChangeConfigurationParams):
+        opts, warnings = update_options(ls.service.options, _plain(params.settings))
+        for w in warnings:
+            ls.say("warning", w)
+        changed = ls.service.update(opts)
+        if changed:
+            ls.say("info", f"reloading the engine for the new {', '.join(changed)}")
+            await ls.load_engine()
 
     @ls.feature(t.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: CompleterServer, params: t.DidOpenTextDocumentParams):
@@ -182,13 +264,13 @@ def build(defaults: dict | None = None) -> CompleterServer:
         chars = _get(params, "acceptedChars")
         if not (isinstance(uri, str) and isinstance(text, str) and isinstance(accepted, bool)
                 and (chars is None or isinstance(chars, int) and not isinstance(chars, bool))):
-            log.warning("completer/feedback: expected {uri, text, accepted, acceptedChars?}: %r", params)
+            log.warning("completer/feedback: expected {uri, text, accepted, acceptedChars?}: %.200r", params)
             return
         ls.service.feedback(uri, text, accepted, chars)
 
     @ls.feature("completer/stats")
-    def stats(ls: CompleterServer, params: Any):
-        return ls.service.stats()
+    async def stats(ls: CompleterServer, params: Any):
+        return await ls.service.stats()
 
     @ls.feature("completer/documentInfo")
     def document_info(ls: CompleterServer, params: Any):
@@ -199,21 +281,44 @@ def build(defaults: dict | None = None) -> CompleterServer:
 
     @ls.feature(t.SHUTDOWN)
     def shutdown(ls: CompleterServer, params: Any):
-        ls.service.shutdown()
+        ls.service.close_all()
 
     return ls
 
 
-# -- stdio with resynchronising framing -------------------------------------------------------
-async def _read_stdio(ls: CompleterServer, reader: StdinAsyncReader) -> None:
-    """pygls' reader loop, except that a broken frame costs only itself: a Content-Length is
-    found anywhere in a line (a short body leaves its tail glued before the next header), an
-    absurd length is skipped instead of buffered, and unparseable JSON gets error -32700."""
-    proto, length = ls.protocol, None
-    while not ls._stop_event.is_set():
-        line = await reader.readline()
+# -- transports: framing in, one dispatch -----------------------------------------------------
+def dispatch(ls: CompleterServer, body: bytes) -> None:
+    """One message body from any transport, checked, parsed and handled; whatever is wrong with
+    it costs only this message."""
+    proto = ls.protocol
+    if len(body) > MAX_BODY:
+        proto.reply_error(None, JsonRpcInvalidRequest(f"a message of {len(body)} bytes is over the limit of {MAX_BODY}"))
+        return
+    if (depth := nesting(body)) > MAX_DEPTH:
+        proto.reply_error(None, JsonRpcParseError(f"JSON nested {depth} deep is over the limit of {MAX_DEPTH}"))
+        return
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError) as e:  # bad JSON or bad UTF-8
+        proto.reply_error(None, JsonRpcParseError(f"not JSON: {str(e)[:200]}"))
+        return
+    try:
+        message = proto.structure(data)
+        if message is not None:
+            proto.handle_message(message)
+    except Exception:  # a bug of ours or pygls': logged, the loop goes on
+        log.exception("message handling failed")
+
+
+async def read_frames(ls: CompleterServer, readline, readexactly) -> None:
+    """`Content-Length` framing that resynchronises: a header is found anywhere in a line (a short
+    body leaves its tail glued before the next header), a length over MAX_BODY is answered and
+    skipped instead of buffered, and anything else between frames is skipped. Returns at EOF."""
+    length = None
+    while True:
+        line = await readline()
         if not line:
-            return  # EOF: the client is gone
+            return
         m = HEADER.search(line)
         if m:
             length = int(m.group(1))
@@ -222,54 +327,157 @@ async def _read_stdio(ls: CompleterServer, reader: StdinAsyncReader) -> None:
             continue  # another header, or garbage between frames
         n, length = length, None
         if n > MAX_BODY:
-            log.warning("Content-Length %d is larger than %d: frame skipped", n, MAX_BODY)
+            ls.protocol.reply_error(None, JsonRpcInvalidRequest(
+                f"Content-Length {n} is over the limit of {MAX_BODY}: frame skipped"))
             continue
-        body = await reader.readexactly(n)
+        body = await readexactly(n)
         if len(body) < n:
             return
-        try:
-            message = json.loads(body, object_hook=proto.structure_message)
-        except ValueError as e:  # bad JSON or bad UTF-8
-            log.warning("unparseable message: %s", e)
-            proto.reply_error(None, JsonRpcParseError())
-            continue
-        try:
-            proto.handle_message(message)
-        except Exception:
-            log.exception("message handling failed")
+        dispatch(ls, body)
 
 
 def serve_stdio(ls: CompleterServer, stdin, stdout) -> None:
-    ls._stop_event = threading.Event()
     ls.protocol.set_writer(StdoutWriter(stdout))
+    pool = ThreadPoolExecutor(1, thread_name_prefix="completer-stdin")  # not the loop's default: never joined
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        await read_frames(ls, lambda: loop.run_in_executor(pool, stdin.readline, MAX_LINE),
+                          lambda n: loop.run_in_executor(pool, stdin.read, n))
     try:
-        asyncio.run(_read_stdio(ls, StdinAsyncReader(stdin, ls.thread_pool)))
-    except BrokenPipeError:
-        log.error("the client closed the connection")
+        asyncio.run(run())
     finally:
         ls.service.shutdown()
 
 
+class _StreamWriter:
+    """pygls' writer interface over an asyncio stream (one TCP client)."""
+
+    def __init__(self, writer: asyncio.StreamWriter):
+        self.writer = writer
+
+    def write(self, data: bytes) -> None:
+        self.writer.write(data)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class _WsWriter:
+    """pygls' writer interface over a WebSocket: one text message per JSON-RPC message."""
+
+    def __init__(self, ws):
+        self.ws = ws
+
+    def write(self, data: bytes):
+        return self._quiet(self.ws.send(data.decode()))
+
+    def close(self):
+        return self._quiet(self.ws.close())
+
+    @staticmethod
+    async def _quiet(aw) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            await aw
+        except ConnectionClosed:  # the client left: what it would have read is moot
+            pass
+
+
+async def _session(ls: CompleterServer, busy: list[bool], serve) -> None:
+    """One client at a time; when it leaves, the next one starts a new session (the engine stays)."""
+    if busy[0]:
+        raise ConnectionRefusedError
+    busy[0] = True
+    try:
+        await serve()
+    finally:
+        busy[0] = False
+        ls.protocol.end_session()
+        ls.service.close_all()
+
+
+async def serve_tcp(ls: CompleterServer, host: str, port: int) -> None:
+    busy = [False]
+
+    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        async def serve() -> None:
+            ls.protocol.set_writer(_StreamWriter(writer))
+
+            async def readline() -> bytes:
+                try:
+                    return await reader.readline()
+                except ValueError:  # longer than MAX_LINE: dropped by the reader
+                    return b"<a line longer than MAX_LINE>"
+
+            async def readexactly(n: int) -> bytes:
+                try:
+                    return await reader.readexactly(n)
+                except asyncio.IncompleteReadError as e:
+                    return e.partial
+            await read_frames(ls, readline, readexactly)
+        try:
+            await _session(ls, busy, serve)
+        except ConnectionRefusedError:
+            log.warning("a second TCP client was refused: one client at a time")
+        except ConnectionError:
+            log.warning("the TCP client's connection broke")
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(connection, host, port, limit=MAX_LINE)
+    print(f"completer-lsp: listening on tcp://{host}:{server.sockets[0].getsockname()[1]}", file=sys.stderr, flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+async def serve_ws(ls: CompleterServer, host: str, port: int) -> None:
+    from websockets.asyncio.server import serve
+    from websockets.exceptions import ConnectionClosed
+
+    busy = [False]
+
+    async def connection(ws) -> None:
+        async def session() -> None:
+            ls.protocol.set_writer(_WsWriter(ws), include_headers=False)
+            while True:
+                data = await ws.recv(decode=False)  # text or binary: one JSON-RPC body
+                dispatch(ls, data)
+        try:
+            await _session(ls, busy, session)
+        except ConnectionRefusedError:
+            log.warning("a second WebSocket client was refused: one client at a time")
+            await ws.close(1013, "one client at a time")
+        except ConnectionClosed as e:  # the client left, or sent a message over max_size (1009)
+            log.info("WebSocket closed: %s", e)
+
+    async with serve(connection, host, port, max_size=MAX_BODY) as server:
+        print(f"completer-lsp: listening on ws://{host}:{server.sockets[0].getsockname()[1]}", file=sys.stderr,
+              flush=True)
+        await server.serve_forever()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="completer-lsp", description="Code-completion language server.")
-    ap.add_argument("--tcp", type=int, metavar="PORT", help="listen on TCP instead of stdio")
-    ap.add_argument("--ws", type=int, metavar="PORT", help="listen on a WebSocket instead of stdio")
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--engine", help="ws://HOST:PORT of a running `completer serve` (no models in-process)")
+    ap.add_argument("--tcp", type=int, metavar="PORT", help="listen on TCP instead of stdio (0: any free port)")
+    ap.add_argument("--ws", type=int, metavar="PORT", help="listen on a WebSocket instead of stdio (0: any free port)")
+    ap.add_argument("--host", dest="listen", default="127.0.0.1", help="address for --tcp and --ws")
     ap.add_argument("--log-level", default="WARNING")
+    config.add_arguments(ap, SCOPES)
     a = ap.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=a.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     protocol_out = sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print() from a library must not corrupt the protocol
-    ls = build({"engine": a.engine} if a.engine else {})
+    ls = build(config.from_args(a))
     code = 0
     try:
-        if a.tcp:
-            ls.start_tcp(a.host, a.tcp)
-        elif a.ws:
-            ls.start_ws(a.host, a.ws)
+        if a.tcp is not None:
+            asyncio.run(serve_tcp(ls, a.listen, a.tcp))
+        elif a.ws is not None:
+            asyncio.run(serve_ws(ls, a.listen, a.ws))
         else:
             serve_stdio(ls, sys.stdin.buffer, protocol_out)
     except SystemExit as e:  # the `exit` notification: 0 after `shutdown`, else 1

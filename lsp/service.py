@@ -1,6 +1,7 @@
-"""What the language server does behind its handlers: the open documents, the engine (loaded in a
-background thread, used from one worker thread), per-document debounce and cancellation, warmups
-on syntax triggers, and acceptance statistics. No LSP types here: handlers convert."""
+"""What the language server does behind its handlers: the open documents, the engine (loaded and
+used on one worker thread; requests that arrive while it loads wait for it), per-document debounce
+and cancellation, warmups on syntax triggers, engine faults shown once, and statistics. No LSP
+types here: handlers convert, and `say(level, text)` is how the service talks to the user."""
 from __future__ import annotations
 
 import asyncio
@@ -9,16 +10,23 @@ import logging
 import statistics
 import threading
 from collections import Counter, deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from completer.client import EngineClient, EngineError
+from completer.config import needs_reload
 from completer.documents import Documents, PositionError
-from completer.pipeline import EngineClient, complete_at, make_engine, warmup_at
+from completer.pipeline import complete_at, make_engine, warmup_at
 from completer.syntax import detect_triggers
 
 from .options import ServerOptions
 
 log = logging.getLogger("completer.lsp")
+MAX_DOCUMENT_CHARS = 16 * 2**20  # a larger document is not kept: no completions there, one warning
+TRANSIENT = ("unavailable", "overloaded", "not_ready")  # EngineError codes shown as a warning, not an error
+Say = Callable[[str, str], None]  # (level: "error" | "warning" | "info", text) → the user
+Progress = Callable[[int, str], None]  # (percent, stage); called on the engine thread
 
 
 @dataclass(frozen=True)
@@ -27,60 +35,160 @@ class Edit:
     text: str
 
 
+class Request:
+    """A completion in flight: `cancel` stops its generation (the engine thread reads it between
+    decode steps); `stopped` wakes it while it waits (debounce, models loading)."""
+
+    def __init__(self) -> None:
+        self.cancel = threading.Event()
+        self.stopped = asyncio.get_running_loop().create_future()
+
+    def stop(self) -> None:
+        self.cancel.set()
+        if not self.stopped.done():
+            self.stopped.set_result(None)
+
+
 class Service:
-    def __init__(self, options: ServerOptions = ServerOptions()):
-        self.options = options
+    def __init__(self, options: ServerOptions = ServerOptions(), say: Say = lambda level, text: None):
+        self.options, self.say = options, say
         self.docs = Documents()
         self.engine: EngineClient | None = None
         self.engine_state = "not loaded"  # not loaded | loading | ready | failed: <why>
-        # One thread runs all model work: the engine serves one generation at a time anyway,
+        self.engine_options: dict | None = None  # the option values the latest load started with
+        # One thread runs all engine work: the engine serves one generation at a time anyway,
         # and the event loop never blocks on it.
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="completer-engine")
-        self.pending: dict[str, threading.Event] = {}  # uri → cancel event of its live request
-        self.warm_next: dict[str, tuple] = {}          # uri → latest (snapshot, offset) to warm
+        self.loads_in_flight = 0
+        self.loaded: asyncio.Future | None = None  # resolved when the loads in flight have ended
+        self.pending: dict[str, Request] = {}      # uri → its live completion request
+        self.warm_next: dict[str, tuple] = {}      # uri → latest (snapshot, offset) to warm
+        self.faults: set[str] = set()              # EngineError codes shown since the last success
+        self.engine_error: str | None = None       # the last EngineError, until a call succeeds
         self.counters: Counter[str] = Counter()
         self.gates: Counter[str] = Counter()
         self.latency_ms: deque[float] = deque(maxlen=1000)
 
     def configure(self, options: ServerOptions, encoding: str = "utf-16") -> None:
+        """A new session (initialize): its options, no documents."""
+        self.close_all()
         self.options = options
         self.docs = Documents(encoding)
 
+    def update(self, options: ServerOptions) -> list[str]:
+        """New options within the session; returns the changed ones that need new models (none
+        before the first load: it reads the options when it starts)."""
+        changed = needs_reload(self.engine_options, options.values()) if self.engine_options is not None else []
+        self.options = options
+        return changed
+
     # -- engine ------------------------------------------------------------------------------
-    def load_engine(self) -> str:
-        """Blocking: build the engine from the options; returns the new state."""
-        self.engine_state = "loading"
+    def needs_load(self) -> bool:
+        """At a session's start: no engine yet, the last load failed, or it used other options."""
+        return (self.engine_options is None or self.engine_state.startswith("failed")
+                or bool(needs_reload(self.engine_options, self.options.values())))
+
+    def _load_future(self) -> asyncio.Future:
+        if self.loaded is None or self.loaded.done():
+            self.loaded = asyncio.get_running_loop().create_future()
+        return self.loaded
+
+    async def load(self, progress: Progress = lambda percent, stage: None) -> str:
+        """Build the engine from the current options on the engine thread (after any load or
+        generation queued there); requests wait meanwhile. Returns the new state."""
+        done = self._load_future()
+        self.counters["loads"] += 1
+        self.loads_in_flight += 1
+        old, self.engine, self.engine_state = self.engine, None, "loading"
+        self.engine_options = self.options.values()
         try:
-            self.engine = make_engine(**self.options.engine_config())
-            warm = getattr(self.engine, "warm_start", None)  # in-process: first-request costs, step costs
-            if warm is not None:
-                warm()
-            self.engine_state = "ready"
+            self.engine, state = await asyncio.get_running_loop().run_in_executor(
+                self.worker, self._load, old, self.options.engine_config(), progress)
+        finally:
+            self.loads_in_flight -= 1
+        self.engine_state = state if self.loads_in_flight == 0 else "loading"
+        if self.loads_in_flight == 0 and not done.done():
+            done.set_result(None)
+        return state
+
+    @staticmethod
+    def _load(old: EngineClient | None, config: dict, progress: Progress) -> tuple[EngineClient | None, str]:
+        if old is not None:
+            old.close()
+        try:
+            engine = make_engine(**config)  # reads (and quantizes) the weights, or connects
+            progress(70, "warm start")
+            engine.warm_start()             # first-request costs, step costs
         except Exception as e:  # a bad model dir, a missing remote module, out of memory...
             log.exception("engine failed to load")
-            self.engine_state = f"failed: {type(e).__name__}: {e}"
-        return self.engine_state
+            return None, f"failed: {type(e).__name__}: {e}"
+        progress(100, "ready")
+        return engine, "ready"
+
+    def _fault(self, e: BaseException) -> None:
+        """An engine call failed: an EngineError is shown once per code until a call succeeds;
+        anything else is a bug, logged with its traceback."""
+        if not isinstance(e, EngineError):
+            self.counters["engine_exceptions"] += 1
+            log.error("engine call failed", exc_info=e)
+            return
+        self.counters["engine_errors"] += 1
+        self.engine_error = f"{e.code}: {e.message}"
+        if e.code not in self.faults:
+            self.faults.add(e.code)
+            retry = f" (retry in {e.retry_after:g} s)" if e.retry_after else ""
+            self.say("warning" if e.code in TRANSIENT else "error", f"engine {e.code}: {e.message}{retry}")
+
+    def _served(self) -> None:
+        if self.faults:
+            self.faults.clear()
+            self.engine_error = None
+            self.say("info", "engine back")
+
+    def _background(self, fn: Callable, *args) -> None:
+        """An engine call whose result nobody waits for, queued on the engine thread."""
+        fut = asyncio.get_running_loop().run_in_executor(self.worker, fn, *args)
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception() is None or self._fault(f.exception()))
 
     # -- documents ---------------------------------------------------------------------------
     def open(self, uri: str, text: str, language_id: str | None, version: int) -> None:
+        if len(text) > MAX_DOCUMENT_CHARS:
+            self._too_large(uri, len(text))
+            return
         self.docs.open(uri, text, language_id, version)
+
+    def _too_large(self, uri: str, chars: int) -> None:
+        self.counters["too_large"] += 1
+        self.close(uri)
+        self.say("warning", f"{uri} has {chars} characters, more than {MAX_DOCUMENT_CHARS}: "
+                            "no completions in it until it is reopened smaller")
 
     def close(self, uri: str) -> None:
         self.docs.close(uri)
-        ev = self.pending.pop(uri, None)
-        if ev is not None:
-            ev.set()
-        forget = getattr(self.engine, "forget", None)  # in-process engine: free the KV slot
-        if forget is not None:
-            forget(uri)
+        req = self.pending.pop(uri, None)
+        if req is not None:
+            req.stop()
+        if self.engine is not None:
+            self._background(self.engine.forget, uri)  # free the document's KV cache
+
+    def close_all(self) -> None:
+        for uri in [*self.pending, *self.docs._docs]:
+            self.close(uri)
 
     def change(self, uri: str, version: int, edits: list[Edit]) -> None:
         doc = self.docs.get(uri)
         if doc is None:
+            self.counters["unknown_document"] += 1
             log.warning("didChange for a document that is not open: %s", uri)
             return
         for e in edits:
+            if len(e.text) > MAX_DOCUMENT_CHARS:
+                self._too_large(uri, len(e.text))
+                return
             doc.apply_change(e.range, e.text)
+            if len(doc.text) > MAX_DOCUMENT_CHARS:
+                self._too_large(uri, len(doc.text))
+                return
         doc.version = version
         last = edits[-1] if edits else None
         if last is not None and last.range is not None and self.options.warmup and self.engine is not None:
@@ -93,18 +201,25 @@ class Service:
         queued = uri in self.warm_next
         self.warm_next[uri] = (snap, offset)  # a later trigger replaces one not yet started
         if not queued:
-            self.worker.submit(self._warm, uri)
+            fut = asyncio.get_running_loop().run_in_executor(self.worker, self._warm, uri)
+            fut.add_done_callback(self._warmed)
 
-    def _warm(self, uri: str) -> None:
+    def _warm(self, uri: str) -> int | None:
         snap, offset = self.warm_next.pop(uri, (None, 0))
-        if snap is None or self.engine is None or uri in self.pending:
-            return  # a completion for this document is on its way: it prefills itself
-        try:
-            self.counters["warmup_tokens"] += warmup_at(self.engine, snap, offset, doc_key=uri,
-                                                        options=self.options.completion())
+        engine = self.engine
+        if snap is None or engine is None or uri in self.pending:
+            return None  # a completion for this document is on its way: it prefills itself
+        return warmup_at(engine, snap, offset, doc_key=uri, options=self.options.completion())
+
+    def _warmed(self, fut: asyncio.Future) -> None:
+        if fut.cancelled():
+            return
+        if fut.exception() is not None:
+            self._fault(fut.exception())
+        elif fut.result() is not None:
             self.counters["warmups"] += 1
-        except Exception:
-            log.exception("warmup failed")
+            self.counters["warmup_tokens"] += fut.result()
+            self._served()
 
     def document_info(self, uri: str) -> dict | None:
         doc = self.docs.get(uri)
@@ -116,43 +231,58 @@ class Service:
 
     # -- completion --------------------------------------------------------------------------
     async def complete(self, uri: str, line: int, character: int) -> tuple[str, tuple[int, int]] | None:
-        """(text, position) to insert, or None (not open, not ready, gated off, superseded,
-        position outside the document)."""
+        """(text, position) to insert, or None (disabled, not open, engine not ready in time or
+        failed, gated off, superseded, position outside the document, engine fault)."""
         self.counters["requests"] += 1
+        if not self.options.enable:
+            self.counters["disabled"] += 1
+            return None
         doc = self.docs.get(uri)
-        if doc is None or self.engine is None:
-            self.counters["not_ready" if doc is not None else "unknown_document"] += 1
+        if doc is None:
+            self.counters["unknown_document"] += 1
             return None
         try:
             offset = doc.offset_at(line, character, strict=True)
         except PositionError:
             self.counters["bad_position"] += 1
             return None
-        snap, engine, opts = doc.snapshot(), self.engine, self.options.completion()
+        snap = doc.snapshot()
         pos = doc.position_at(offset)  # a character past the line end means the line end
         older = self.pending.get(uri)
         if older is not None:
-            older.set()  # a newer keystroke: the older generation stops within one decode step
-        cancel = self.pending[uri] = threading.Event()
+            older.stop()  # a newer keystroke: the older generation stops within one decode step
+        req = self.pending[uri] = Request()
         try:
-            await asyncio.sleep(self.options.debounce_ms / 1000)
-            if cancel.is_set():
+            if self.engine_state == "loading" or self.engine_state == "not loaded":
+                self.counters["waited_for_engine"] += 1
+                await asyncio.wait((req.stopped, self._load_future()), timeout=self.options.ready_wait_ms / 1000,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((req.stopped,), timeout=self.options.debounce_ms / 1000)
+            engine, opts = self.engine, self.options.completion()
+            if req.cancel.is_set():
                 self.counters["superseded"] += 1
                 return None
+            if engine is None:
+                self.counters["engine_failed" if self.engine_state.startswith("failed") else "not_ready"] += 1
+                return None
             result = await asyncio.get_running_loop().run_in_executor(
-                self.worker, self._run, engine, snap, offset, uri, opts, cancel)
+                self.worker, self._run, engine, snap, offset, uri, opts, req.cancel)
         except asyncio.CancelledError:  # $/cancelRequest
-            cancel.set()
+            req.stop()
             self.counters["cancelled"] += 1
             raise
+        except Exception as e:  # EngineError: shown once; anything else: logged; both answer empty
+            self._fault(e)
+            return None
         finally:
-            if self.pending.get(uri) is cancel:
+            if self.pending.get(uri) is req:
                 del self.pending[uri]
-        if result is None or cancel.is_set():
+        if result is None or req.cancel.is_set():
             self.counters["superseded"] += 1
             return None
-        self.gates[result.stats["gate_reason"]] += 1
-        self.latency_ms.append(result.stats.get("total_ms", 0.0))
+        self._served()
+        self.gates[result.extra.get("gate_reason")] += 1
+        self.latency_ms.append(result.total_ms)
         if not result.text:
             self.counters["empty"] += 1
             return None
@@ -171,16 +301,24 @@ class Service:
         self.counters["accepted" if accepted else "rejected"] += 1
         n = len(text) if accepted and accepted_chars is None else (accepted_chars or 0)
         self.counters["accepted_chars"] += max(0, min(n, len(text)))
-        log.info("feedback %s accepted=%s chars=%s/%s", uri, accepted, n, len(text))
+        if self.engine is not None:
+            self._background(self.engine.feedback, uri, text, accepted, accepted_chars)
 
-    def stats(self) -> dict:
+    async def stats(self) -> dict:
+        engine_stats: dict = {}
+        if self.engine is not None:  # on the engine thread: after the forgets queued before
+            try:
+                engine_stats = await asyncio.get_running_loop().run_in_executor(self.worker, self.engine.stats)
+            except Exception as e:
+                self._fault(e)
         c = self.counters
         judged = c["accepted"] + c["rejected"]
         lat = sorted(self.latency_ms)
         pct = (lambda q: round(lat[min(int(q * len(lat)), len(lat) - 1)], 3)) if lat else (lambda q: None)
-        slots = getattr(self.engine, "slots", None)  # in-process engine: documents holding a KV cache
-        return {"engine": self.engine_state, "documents": len(self.docs), **dict(c),
-                "kv_cached_documents": len(slots) if slots is not None else None,
+        return {"engine": self.engine_state, "engine_error": self.engine_error, "documents": len(self.docs),
+                **dict(c), "loads": c["loads"],
+                # shim: the in-process Engine.stats() names it "slots" (llama.cpp's client: kv_cached_documents)
+                "kv_cached_documents": engine_stats.get("kv_cached_documents", engine_stats.get("slots")),
                 "acceptance_rate": round(c["accepted"] / judged, 4) if judged else None,
                 "accepted_char_rate": round(c["accepted_chars"] / c["shown_chars"], 4) if c["shown_chars"] else None,
                 "gate_reasons": dict(self.gates),
@@ -188,6 +326,6 @@ class Service:
                                "mean": round(statistics.fmean(lat), 3) if lat else None}}
 
     def shutdown(self) -> None:
-        for ev in self.pending.values():
-            ev.set()
+        for req in self.pending.values():
+            req.stop()
         self.worker.shutdown(wait=False, cancel_futures=True)
