@@ -3,7 +3,7 @@ with dynamic batching on and off.
 
 Each editor has its own WebSocket connection and its own held-out file; it types a few
 characters, requests a completion, waits for `done`, thinks briefly, and repeats (a closed
-loop). The server runs as a subprocess (`python -m completer.server`) with `--max-batch 16`
+loop). The server runs as a subprocess (`python -m completer.cli serve`) with `--max-batch 16`
 (batching on) or `--max-batch 1` (off: one generation at a time).
 
     python bench/concurrency.py [--target DIR --draft DIR] [--editors 1 4 16] [--requests 6]
@@ -30,7 +30,7 @@ from keystrokes import OUT, pct, pick_sites
 
 
 def start_server(a, max_batch: int) -> tuple[subprocess.Popen, str]:
-    argv = [sys.executable, "-m", "completer.server", "--port", "0", "--max-batch", str(max_batch),
+    argv = [sys.executable, "-m", "completer.cli", "serve", "--port", "0", "--max-batch", str(max_batch),
             "--batch-wait-ms", str(a.batch_wait_ms), "--max-new-tokens", str(a.max_new)]
     if a.target:
         argv += ["--target", a.target, "--draft", a.draft]
