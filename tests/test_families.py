@@ -1,0 +1,346 @@
+"""The model families of the lean runner (families.py) match HF's forward, generate exactly, and
+load in every quant mode; the FIM format table detects each family's spellings."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    GemmaConfig,
+    GemmaForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+    Starcoder2Config,
+    Starcoder2ForCausalLM,
+)
+
+from completer.engine.drafters import AdaptiveK, CombinedDrafter, FastPathDrafter, ModelDrafter, NgramDrafter
+from completer.engine.families import Unsupported, layout_of
+from completer.engine.models import load_model
+from completer.engine.prompt import FIM_FORMATS, FimFormat, build_prompt, render
+from completer.engine.quant import Fp16Weight, Int4Weight, Int8Weight
+from completer.engine.runner import HFRunner, LlamaRunner, LlamaWeights, lean_config_ok, make_runner
+from completer.engine.sampling import Sampling, warp
+from completer.engine.speculative import generate
+
+torch.set_num_threads(1)
+V = 256
+CPU = torch.device("cpu")
+
+
+def _rope(kind: str, **kw) -> dict:
+    return {"rope_parameters": {"rope_type": kind, **kw}}
+
+
+# family case → (config class, model class, that family's features switched on)
+CASES = {
+    "llama-linear": (LlamaConfig, LlamaForCausalLM,
+                     dict(attention_bias=True, mlp_bias=True, **_rope("linear", factor=2.0, rope_theta=10000.0))),
+    "llama-dynamic": (LlamaConfig, LlamaForCausalLM, _rope("dynamic", factor=2.0, rope_theta=10000.0)),
+    "llama-llama3": (LlamaConfig, LlamaForCausalLM,
+                     _rope("llama3", factor=8.0, rope_theta=500000.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                           original_max_position_embeddings=32)),
+    "llama-yarn": (LlamaConfig, LlamaForCausalLM,
+                   _rope("yarn", factor=4.0, rope_theta=10000.0, original_max_position_embeddings=32)),
+    "mistral": (MistralConfig, MistralForCausalLM, dict(sliding_window=16)),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(tie_word_embeddings=True, **_rope("default", rope_theta=1e6))),
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM, dict(head_dim=32, attention_bias=True)),
+    "starcoder2": (Starcoder2Config, Starcoder2ForCausalLM, dict(sliding_window=16)),
+    "gemma": (GemmaConfig, GemmaForCausalLM, dict(head_dim=16)),
+}
+FAMILY_CASES = ["llama-linear", "mistral", "qwen2", "qwen3", "starcoder2", "gemma"]  # one per family
+
+
+def family_model(case: str, hidden: int = 64, layers: int = 2, vocab: int = V, seed: int = 0, head: float = 8.0,
+                 **over):
+    """A random-weight float32 model of `case` (GQA: 4 query heads over 2 KV heads). Every
+    weight is drawn, biases and norms included, so each feature moves the logits; the LM head
+    (or the tied embedding) is scaled by `head` (up: greedy decoding is not decided by
+    near-ties)."""
+    C, M, kw = CASES[case]
+    cfg = C(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+            bos_token_id=0, eos_token_id=0, pad_token_id=0, **{**kw, **over})
+    torch.manual_seed(seed)
+    m = M(cfg).eval()
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.1 if "embed" not in name and "lm_head" not in name else 1.0)
+            else:
+                p.add_(torch.randn_like(p) * 0.2)
+        m.get_output_embeddings().weight.mul_(head / hidden ** 0.5)
+    return m
+
+
+def hf_greedy(model, prompt: list[int], n: int) -> list[int]:
+    out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, eos_token_id=None,
+                         pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+def torch_lean(model) -> LlamaRunner:
+    """The torch forward (forward_many) for every feed, whatever make_runner would pick."""
+    return LlamaRunner(LlamaWeights.from_hf(model))
+
+
+def feed_with_rollback(runner, ids: list[int]) -> torch.Tensor:
+    """Prefill, one decode step, a 9-token verify, a rollback of 5 and a re-feed: the logits
+    of ids[:60] in order."""
+    got = [runner.forward(ids[:20]), runner.forward(ids[20:21]), runner.forward(ids[21:30])[:4]]
+    runner.truncate(25)
+    got.append(runner.forward(ids[25:60]))
+    return torch.cat(got)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_lean_and_hf_runners_match_hf_forward(case):
+    m = family_model(case)
+    ids = torch.randint(0, V, (60,), generator=torch.Generator().manual_seed(1)).tolist()
+    with torch.no_grad():
+        ref = m(input_ids=torch.tensor([ids])).logits[0]
+    lean = make_runner(m)  # the engine's pick (np_runner's NumPy step where it applies)
+    assert isinstance(lean, LlamaRunner) and lean.layout.family == m.config.model_type
+    for r in (torch_lean(m), lean, HFRunner(m)):  # HFRunner: crop works on sliding-window models too
+        got = feed_with_rollback(r, ids)
+        assert torch.allclose(got, ref, atol=2e-4 * float(ref.abs().max())), (case, type(r).__name__)
+
+
+def test_the_sliding_window_is_applied():
+    """60 tokens over a window of 16: the same weights with full attention give other logits,
+    and both runners follow the window (not only HF's own forward)."""
+    ids = torch.randint(0, V, (60,), generator=torch.Generator().manual_seed(2)).tolist()
+    for case in ("mistral", "starcoder2"):
+        win, full = family_model(case), family_model(case, sliding_window=None)
+        with torch.no_grad():
+            a, b = win(input_ids=torch.tensor([ids])).logits[0], full(input_ids=torch.tensor([ids])).logits[0]
+        assert torch.allclose(a[:16], b[:16], atol=1e-4) and not torch.allclose(a[16:], b[16:], atol=1e-2)
+        assert make_runner(win).layout.sliding_window == 16 and make_runner(full).layout.sliding_window is None
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_greedy_equals_hf_generate_plain_and_speculative(case):
+    target = family_model(case, seed=1)
+    draft = family_model(case, hidden=32, layers=1, seed=2)
+    rng = random.Random(case)
+    base = [rng.randrange(1, V) for _ in range(10)]
+    prompt = base * 4  # repeats: the n-gram drafter finds matches; the window (16) is exceeded
+    ref = hf_greedy(target, prompt, 14)
+    table = {(a, b): (a * 7 + b) % (V - 1) + 1 for a in range(V) for b in range(0, V, 5)}
+    for runner in (torch_lean, make_runner, HFRunner):
+        drafters = {
+            "none": None,
+            "model": ModelDrafter(make_runner(draft), Sampling()),
+            "ngram": NgramDrafter(),
+            "fastpath": FastPathDrafter(table),
+            "combined": CombinedDrafter(ModelDrafter(make_runner(draft, draft=True), Sampling()), NgramDrafter(),
+                                        FastPathDrafter(table), V),
+        }
+        for name, d in drafters.items():
+            out, _ = generate(runner(target), prompt, 14, Sampling(), d, AdaptiveK(4, 1, 4) if d else None)
+            assert out == ref, (case, runner.__name__, name)
+
+
+def test_sampling_stays_distribution_exact_on_a_new_layout():
+    """Chi-square on the first two sampled tokens of a StarCoder2-layout target (LayerNorm,
+    biases, GELU MLP, a window of 2 over a 4-token context) with a disagreeing draft of another
+    layout (Qwen3: q/k norm): the joint law must match the target's (exact enumeration)."""
+    V6 = 6
+    target = family_model("starcoder2", hidden=32, layers=1, vocab=V6, seed=7, head=1.0, sliding_window=2)
+    draft = family_model("qwen3", hidden=32, layers=1, vocab=V6, seed=8, head=1.0, head_dim=8)
+    s = Sampling(temperature=1.0, top_p=1.0)
+    prompt = [1, 2, 3]
+    with torch.no_grad():
+        p1 = warp(target(torch.tensor([prompt])).logits[0, -1].float(), s)
+        exp = torch.stack([p1[a] * warp(target(torch.tensor([prompt + [a]])).logits[0, -1].float(), s)
+                           for a in range(V6)])
+    tw, dw = LlamaWeights.from_hf(target), LlamaWeights.from_hf(draft)
+    gen = torch.Generator().manual_seed(1234)
+    counts = torch.zeros(V6, V6)
+    n = 4000
+    for _ in range(n):
+        out, _ = generate(LlamaRunner(tw, 8), prompt, 2, s, ModelDrafter(LlamaRunner(dw, 8), s, gen),
+                          AdaptiveK(3, 3, 3), gen=gen)
+        counts[out[0], out[1]] += 1
+    e = exp.flatten() * n
+    keep = e >= 5  # chi-square validity: expected counts ≥ 5
+    chi2 = float((((counts.flatten() - e) ** 2) / e)[keep].sum())
+    dof = int(keep.sum()) - 1
+    z = 3.09  # 99.9th percentile (Wilson–Hilferty); fixed seed, so deterministic
+    crit = dof * (1 - 2 / (9 * dof) + z * (2 / (9 * dof)) ** 0.5) ** 3
+    assert chi2 < crit, (chi2, crit, dof)
+
+
+@pytest.fixture(scope="module")
+def family_dirs(tmp_path_factory) -> dict[str, str]:
+    """One bf16 checkpoint directory per family (a 16-bit checkpoint, as published models are)."""
+    root = tmp_path_factory.mktemp("families")
+    out = {}
+    for case in FAMILY_CASES:
+        family_model(case, seed=3).to(torch.bfloat16).save_pretrained(root / case)
+        out[case] = str(root / case)
+    return out
+
+
+@pytest.mark.parametrize("case", FAMILY_CASES)
+def test_every_quant_mode_loads_and_generates(family_dirs, case):
+    d = family_dirs[case]
+    ids = torch.randint(0, V, (40,), generator=torch.Generator().manual_seed(4)).tolist()
+    ref_w = load_model(d, CPU, torch.float32, "none")
+    assert isinstance(ref_w, LlamaWeights)  # straight from config.json + safetensors
+    ref = LlamaRunner(ref_w).forward(ids)
+    kinds = {"auto": Fp16Weight, "fp16": Fp16Weight, "fast-int8": Int8Weight, "mixed": Int4Weight}
+    for quant, kind in kinds.items():
+        w = load_model(d, CPU, torch.float32, quant)
+        assert isinstance(w.layers[0][4], kind), quant  # the MLP's storage
+        out = make_runner(w).forward(ids)
+        exact = kind is Fp16Weight  # fp16 storage of a bf16 checkpoint: fp32 rounding only
+        assert (out - ref).abs().max() < (1e-4 if exact else 0.15) * ref.abs().max(), quant
+        agree = float((out.argmax(-1) == ref.argmax(-1)).float().mean())
+        assert agree == 1.0 if exact else agree > 0.8, (quant, agree)
+        gen, _ = generate(make_runner(w), ids[:10], 6, Sampling())
+        assert len(gen) == 6
+    for quant in ("int8", "nf4"):  # bitsandbytes, through the HF path
+        m = load_model(d, CPU, torch.float32, quant)
+        r = make_runner(m)
+        assert isinstance(r, HFRunner)
+        gen, _ = generate(r, ids[:10], 6, Sampling(), NgramDrafter(), AdaptiveK(3))
+        assert len(gen) == 6 and all(0 <= t < V for t in gen)
+
+
+def test_rope_frequencies_are_hfs():
+    """Each scaling type's inverse frequencies and cos/sin factor equal HF's rope init functions."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from completer.engine.families import rope_of
+
+    for case in ("llama-linear", "llama-dynamic", "llama-llama3", "llama-yarn"):
+        cfg = family_model(case, layers=1).config
+        kind = cfg.rope_parameters["rope_type"]
+        want, scale = ROPE_INIT_FUNCTIONS[kind](cfg, CPU)
+        got, gscale = rope_of(cfg.to_dict()).inv_freq(cfg.head_dim, cfg.max_position_embeddings)
+        assert torch.equal(got, want) and gscale == scale, case
+    yarn = family_model("llama-yarn", layers=1, rope_parameters={
+        "rope_type": "yarn", "factor": 8.0, "rope_theta": 10000.0, "original_max_position_embeddings": 16,
+        "mscale": 0.9, "mscale_all_dim": 0.8, "beta_fast": 16}).config
+    want, scale = ROPE_INIT_FUNCTIONS["yarn"](yarn, CPU)
+    got, gscale = rope_of(yarn.to_dict()).inv_freq(yarn.head_dim, yarn.max_position_embeddings)
+    assert torch.equal(got, want) and gscale == scale != 1.0
+
+
+def test_config_spellings_and_refusals():
+    """config.json files from older transformers (rope_theta + rope_scaling with "type"), and
+    what the table refuses: those models take the generic HF path."""
+    old = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "rope_theta": 5e5,
+           "rope_scaling": {"type": "linear", "factor": 4.0}}
+    r = layout_of(old).rope
+    assert (r.kind, r.theta, r.factor) == ("linear", 5e5, 4.0)
+    qwen = layout_of({"model_type": "qwen2", "hidden_size": 64, "num_attention_heads": 4})
+    assert qwen.qkv_bias and not qwen.o_bias and not qwen.tied_embeddings
+    sc = layout_of({"model_type": "starcoder2", "hidden_size": 64, "num_attention_heads": 4})
+    assert (sc.norm, sc.act, sc.mlp_bias, sc.tied_embeddings, sc.norm_eps) == ("layer", "gelu_mlp", True, True, 1e-5)
+    assert layout_of({"model_type": "mistral", "hidden_size": 64, "num_attention_heads": 4}).sliding_window == 4096
+    bad = [{"model_type": "gpt2"}, {**old, "rope_scaling": {"type": "longrope", "factor": 2.0}},
+           {"model_type": "qwen2", "hidden_size": 64, "num_attention_heads": 4, "use_sliding_window": True},
+           {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "hidden_act": "relu"}]
+    for cfg in bad:
+        with pytest.raises(Unsupported):
+            layout_of(cfg)
+        assert not lean_config_ok(cfg)
+    with pytest.raises(Unsupported, match="model type 'gpt2'"):
+        layout_of(bad[0])
+    dyn = family_model("llama-dynamic", layers=1)
+    with pytest.raises(ValueError, match="dynamic NTK"):
+        make_runner(dyn, max_len=256)  # past max_position_embeddings (128): HF rescales every position
+
+
+# ---- FIM formats -------------------------------------------------------------------------------
+
+def bpe(special: list[str]) -> Tokenizer:
+    """A small byte-level BPE carrying a family's special tokens."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    text = ["def add(a, b):\n    return a + b\n", "for i in range(10):\n    print(i)\n"] * 20
+    tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=300, special_tokens=special, show_progress=False,
+                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return tok
+
+
+FAMILY_TOKENS = {  # a tokenizer's special tokens → the format detected
+    "qwen": ["<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+             "<|repo_name|>", "<|file_sep|>", "<|im_end|>"],
+    "codegemma": ["<eos>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|file_separator|>"],
+    "starcoder": ["<|endoftext|>", "<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<fim_pad>",
+                  "<repo_name>", "<file_sep>"],
+    "completer": ["<|endoftext|>", "<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<pad>"],
+    "deepseek": ["<｜end▁of▁sentence｜>", "<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>", "<|EOT|>"],
+    "codellama": ["</s>", "▁<PRE>", "▁<SUF>", "▁<MID>", "▁<EOT>"],
+    "codestral": ["</s>", "[SUFFIX]", "[PREFIX]"],
+    "none": ["<|endoftext|>"],
+}
+
+
+@pytest.mark.parametrize("name", list(FAMILY_TOKENS))
+def test_fim_format_detected_from_special_tokens(name):
+    tok = bpe(FAMILY_TOKENS[name])
+    fmt = FimFormat.detect(tok)
+    spec = FIM_FORMATS[name]
+    assert fmt.name == name and fmt.layout == spec.layout
+    ids = {tok.id_to_token(i) for i in fmt.eos}
+    assert ids and ids <= set(FAMILY_TOKENS[name])  # the stops this tokenizer has
+    prompt = build_prompt(tok, fmt, "def f(x):\n    ", "\n    return y\n", 64)
+    sent = [t for t in prompt if tok.id_to_token(t) in FAMILY_TOKENS[name]]
+    if spec.layout == "psm":
+        assert sent == [fmt.prefix, fmt.suffix, fmt.middle] and prompt[0] == fmt.prefix and prompt[-1] == fmt.middle
+    elif spec.layout == "spm":  # the prompt ends at the cursor
+        assert sent == [fmt.suffix, fmt.middle] and prompt[0] == fmt.suffix
+        assert tok.decode(prompt[prompt.index(fmt.middle) + 1:]) == "def f(x):\n    "
+    else:
+        assert tok.decode(prompt) == "def f(x):\n    "
+
+
+def test_starcoder2_is_psm_and_the_embedded_pair_spm():
+    """Both spell <fim_*>; StarCoder2's tokenizer also has <fim_pad>/<file_sep> (or the config says
+    starcoder2); ours has neither and was trained SPM-first."""
+    from completer.engine.models import load_tokenizer
+    from draft_models import DEFAULT_TARGET
+
+    ours = load_tokenizer(str(DEFAULT_TARGET))
+    assert (FimFormat.detect(ours).name, FimFormat.detect(ours).layout) == ("completer", "spm")
+    assert FimFormat.detect(ours, model_type="starcoder2").layout == "psm"
+    assert FimFormat.detect(bpe(FAMILY_TOKENS["starcoder"])).layout == "psm"
+    gemma = bpe(["<eos>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>"])
+    assert FimFormat.detect(gemma).name == "qwen" and FimFormat.detect(gemma, model_type="gemma").name == "codegemma"
+
+
+def test_fim_override_and_bad_names():
+    tok = bpe(FAMILY_TOKENS["starcoder"])
+    assert FimFormat.detect(tok, "completer").layout == "spm"  # the option wins over detection
+    assert FimFormat.detect(tok, "none").layout == "none"
+    with pytest.raises(ValueError, match="expected auto or one of"):
+        FimFormat.detect(tok, "starcoder3")
+    with pytest.raises(ValueError, match="lacks"):
+        FimFormat.detect(tok, "qwen")
+
+
+def test_render_text_prompts_for_remote_servers():
+    assert render("qwen", "P", "S") == "<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>"
+    assert render("starcoder", "P", "S") == "<fim_prefix>P<fim_suffix>S<fim_middle>"
+    assert render("completer", "P", "S") == "<fim_suffix>S<fim_middle>P"
+    assert render("deepseek", "P", "S") == "<｜fim▁begin｜>P<｜fim▁hole｜>S<｜fim▁end｜>"
+    assert render("codellama", "P", "S") == "<PRE> P <SUF>S <MID>"
+    assert render("codestral", "P", "S") == "[SUFFIX]S[PREFIX]P"
+    assert render("none", "P", "S") == "P"
+    assert "<|file_separator|>" in FIM_FORMATS["codegemma"].stops and "<EOT>" in FIM_FORMATS["codellama"].stops
+    assert (FIM_FORMATS["qwen"].repo_name, FIM_FORMATS["starcoder"].file_sep) == ("<|repo_name|>", "<file_sep>")
+    with pytest.raises(ValueError):
+        render("auto", "P", "S")
