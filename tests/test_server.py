@@ -173,7 +173,7 @@ def test_health_and_metrics(server):
                  "process_resident_memory_bytes"):
         assert name in text
     # every number of the engine's stats() is exported under its own name, whatever it is
-    assert re.search(r"^completer_engine_requests \d", text, re.M)
+    assert re.search(r"^completer_engine_requests \d", text, re.MULTILINE)
 
 
 def metrics(server: str) -> str:
@@ -182,7 +182,7 @@ def metrics(server: str) -> str:
 
 
 def metric(text: str, name: str) -> float:
-    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
     return float(m.group(1)) if m else 0.0
 
 
@@ -221,7 +221,7 @@ async def test_too_many_in_flight_is_overloaded_with_a_retry_hint(server):
 
 def _rss_kb(pid: int) -> int:
     status = Path(f"/proc/{pid}/status").read_text()
-    return int(re.search(r"^VmRSS:\s+(\d+) kB", status, re.M).group(1))
+    return int(re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE).group(1))
 
 
 def _hostile(rng: random.Random, max_frame: int):

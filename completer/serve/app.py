@@ -240,7 +240,7 @@ class Service:
                 ev.set()
             if self.ready:
                 for doc in conn.docs:
-                    self.pool.submit(self.engine.forget, self._doc_key(conn, doc))
+                    self.engine.forget(self._doc_key(conn, doc))
         return ws
 
     def frame(self, conn: Conn, message: bytes | str) -> dict | None:
@@ -340,15 +340,16 @@ class Service:
         if ev is not None:
             ev.set()
 
+    # feedback and forget take the engine's locks only briefly: run here, so later frames see them
     def _feedback(self, conn: Conn, f: dict) -> None:
         if self.ready:
-            self.pool.submit(self.engine.feedback, self._doc_key(conn, f["doc"] or ""), f["text"] or "",
-                             f["accepted"], f["accepted_chars"])
+            self.engine.feedback(self._doc_key(conn, f["doc"] or ""), f["text"] or "", f["accepted"],
+                                 f["accepted_chars"])
 
     def _forget(self, conn: Conn, f: dict) -> None:
         conn.docs.discard(f["doc"])
         if self.ready:
-            self.pool.submit(self.engine.forget, self._doc_key(conn, f["doc"]))
+            self.engine.forget(self._doc_key(conn, f["doc"]))
 
 
 def _done_warming(conn: Conn) -> None:

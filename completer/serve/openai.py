@@ -110,7 +110,7 @@ async def completions(service, request: web.Request) -> web.StreamResponse:
         return web.json_response({**head, "choices": [_choice(c.text, c)], "usage": _usage(c)})
     finally:
         if user is None:
-            service.pool.submit(service.engine.forget, doc_key)
+            service.engine.forget(doc_key)
 
 
 async def _stream(service, request: web.Request, job: Job, cancel: threading.Event, head: dict):
