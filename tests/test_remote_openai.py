@@ -8,8 +8,9 @@ from test_remote_llamacpp import PREFIX, SUFFIX, TARGET, LlamaServer, llama, lla
 from tokenizers import Tokenizer
 
 from completer.client import EngineError, prompt_budget
+from completer.engine.prompt import render
 from completer.remote import connect
-from completer.remote.openai import FORMATS, OpenAI, fim_format_for
+from completer.remote.openai import OpenAI, fim_format_for
 
 
 @pytest.fixture
@@ -20,7 +21,7 @@ def client(llama):  # noqa: F811
 
 
 def test_model_format_and_budget(client):
-    assert client.model.endswith(".gguf") and client.fmt.name == "completer" and client.ctx == 512
+    assert client.model.endswith(".gguf") and client.fmt == "completer" and client.ctx == 512
     assert client.exact_tokens  # llama-server has /tokenize beside /v1
     tok = Tokenizer.from_file(str(TARGET / "tokenizer.json"))
     assert client.count_tokens(PREFIX) == len(tok.encode(PREFIX, add_special_tokens=False).ids)
@@ -66,10 +67,10 @@ def test_api_key_required_and_sent():
         s.kill()
 
 
-def test_fim_formats_by_family():
-    assert fim_format_for("auto", "Qwen/Qwen2.5-Coder-1.5B").prompt("a", "b") == \
+def test_fim_formats_by_model_name():
+    assert render(fim_format_for("auto", "Qwen/Qwen2.5-Coder-1.5B"), "a", "b") == \
         "<|fim_prefix|>a<|fim_suffix|>b<|fim_middle|>"
-    assert fim_format_for("auto", "bigcode/starcoder2-3b").name == "starcoder"
-    assert fim_format_for("auto", "codellama/CodeLlama-7b-hf").prompt("a", "b") == "<PRE> a <SUF>b <MID>"
-    assert fim_format_for("auto", "anything", owned_by="completer").layout == "suffix"
-    assert FORMATS["completer"].prompt("a", "b") == "<fim_suffix>b<fim_middle>a"  # ends at the cursor
+    assert fim_format_for("auto", "bigcode/starcoder2-3b") == "starcoder"
+    assert render(fim_format_for("auto", "codellama/CodeLlama-7b-hf"), "a", "b") == "<PRE> a <SUF>b <MID>"
+    assert fim_format_for("auto", "anything", owned_by="completer") == "suffix"
+    assert fim_format_for("completer", "x.gguf") == "completer"

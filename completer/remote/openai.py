@@ -1,9 +1,10 @@
 """`OpenAI`: `/v1/completions` of any OpenAI-compatible server (vLLM, SGLang, llama-server, Ollama,
 our own `completer serve`) behind the `EngineClient` interface.
 
-The FIM prompt is built here from the model family's format (`fim_format` names the family;
-"auto" reads it from the model name the server reports at /v1/models); "suffix" sends OpenAI's
-`suffix` field and lets the server build it (our `completer serve`). Completions stream as SSE;
+The FIM prompt is built here from the model family's format (completer.engine.prompt.FIM_FORMATS;
+`fim_format` names the family, "auto" reads it from the model name the server reports at
+/v1/models); "suffix" sends OpenAI's `suffix` field and lets the server build it (our
+`completer serve`, Ollama). Completions stream as SSE;
 the in-loop stop and `cancel` close the connection. The document key goes in `user`, which our
 server uses to keep the document's KV cache. The API key (`api_key`, else `COMPLETER_API_KEY`)
 is sent as `Authorization: Bearer` and nowhere else.
@@ -16,9 +17,9 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ..client import Completion, EngineError, StopText, prompt_budget
+from ..engine.prompt import FIM_FORMATS, render
 from .transport import Http, follow
 
 DEFAULT_CTX = 2048      # when the server does not say (vLLM says max_model_len, llama-server n_ctx_train)
@@ -26,55 +27,29 @@ CHARS_PER_TOKEN = 3.0   # token estimate when the server has no /tokenize: errs 
 TOKEN_MEMO = 16384
 
 
-@dataclass(frozen=True)
-class FimFormat:
-    """How one model family spells a fill-in-the-middle prompt."""
-    name: str
-    layout: str            # "psm" | "spm" | "suffix" (the server builds it from `suffix`)
-    prefix: str = ""
-    suffix: str = ""
-    middle: str = ""
-    stop: tuple[str, ...] = ()
-
-    def prompt(self, prefix: str, suffix: str) -> str:
-        if self.layout == "spm":  # as the embedded pair was trained: the prompt ends at the cursor
-            return f"{self.suffix}{suffix}{self.middle}{prefix}"
-        if self.layout == "psm":
-            return f"{self.prefix}{prefix}{self.suffix}{suffix}{self.middle}"
-        return prefix
-
-
-FORMATS = {f.name: f for f in (
-    FimFormat("completer", "spm", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", ("<|endoftext|>",)),
-    FimFormat("starcoder", "psm", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", ("<|endoftext|>", "<file_sep>")),
-    FimFormat("qwen", "psm", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>",
-              ("<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|im_end|>")),
-    FimFormat("codegemma", "psm", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>",
-              ("<|file_separator|>", "<eos>")),
-    FimFormat("codellama", "psm", "<PRE> ", " <SUF>", " <MID>", ("<EOT>", "</s>")),
-    FimFormat("deepseek", "psm", "<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>", ("<｜end▁of▁sentence｜>",)),
-    FimFormat("suffix", "suffix"),
-)}
-# model-name substring → family, first match wins ("auto")
+SERVER_FIM = "suffix"  # the server builds the FIM prompt from OpenAI's `suffix` field (our serve, Ollama)
+# model-name substring → FIM_FORMATS name, first match wins ("auto")
 AUTO = (("qwen", "qwen"), ("codegemma", "codegemma"), ("codellama", "codellama"), ("code-llama", "codellama"),
-        ("deepseek", "deepseek"), ("starcoder", "starcoder"), ("santacoder", "starcoder"))
+        ("deepseek", "deepseek"), ("codestral", "codestral"), ("starcoder", "starcoder"),
+        ("santacoder", "starcoder"))
 
 
-def fim_format_for(name: str, model: str, owned_by: str = "") -> FimFormat:
-    """The format named by `name`, or for "auto" the one the model name implies."""
+def fim_format_for(name: str, model: str, owned_by: str = "") -> str:
+    """The format named by `name` (a FIM_FORMATS name or "suffix"), or for "auto" the one the
+    model name implies; our own server ("owned_by": "completer") builds its prompt itself."""
+    names = (*FIM_FORMATS, SERVER_FIM)
     if name != "auto":
-        if name not in FORMATS:
-            raise EngineError(code="bad_request", message=f"fim_format {name!r}: use auto or one of "
-                                                          f"{', '.join(FORMATS)}")
-        return FORMATS[name]
-    if owned_by == "completer":  # our own server builds the prompt for its model
-        return FORMATS["suffix"]
+        if name not in names:
+            raise EngineError(code="bad_request", message=f"fim_format {name!r}: use auto or one of {', '.join(names)}")
+        return name
+    if owned_by == "completer":
+        return SERVER_FIM
     low = model.lower()
     for key, fam in AUTO:
         if key in low:
-            return FORMATS[fam]
+            return fam
     raise EngineError(code="model", message=f"cannot tell the FIM format of model {model!r} from its name: "
-                                            f"set fim_format to one of {', '.join(FORMATS)}")
+                                            f"set fim_format to one of {', '.join(names)}")
 
 
 class OpenAI:
@@ -87,7 +62,7 @@ class OpenAI:
                          retries=retries)
         self.model, self.fim_name = model, fim_format
         self.max_new_tokens, self.temperature = max_new_tokens, temperature
-        self.fmt: FimFormat | None = None
+        self.fmt: str | None = None  # a FIM_FORMATS name or SERVER_FIM
         self.ctx = 0
         self.exact_tokens = False  # whether the server answered /tokenize
         self._lock = threading.Lock()
@@ -138,13 +113,12 @@ class OpenAI:
 
     # -- the engine API ----------------------------------------------------------------------
     def _body(self, prefix: str, suffix: str, doc_key: str, max_tokens: int, stream: bool) -> dict:
-        fmt = self.fmt
-        body = {"model": self.model, "prompt": fmt.prompt(prefix, suffix), "max_tokens": max_tokens,
-                "temperature": self.temperature, "stream": stream, "user": doc_key}
-        if fmt.layout == "suffix":
-            body["suffix"] = suffix
-        if fmt.stop:
-            body["stop"] = list(fmt.stop)
+        body = {"model": self.model, "max_tokens": max_tokens, "temperature": self.temperature, "stream": stream,
+                "user": doc_key}
+        if self.fmt == SERVER_FIM:
+            body.update(prompt=prefix, suffix=suffix)
+        else:
+            body.update(prompt=render(self.fmt, prefix, suffix), stop=list(FIM_FORMATS[self.fmt].stops))
         if stream:
             body["stream_options"] = {"include_usage": True}
         return body
@@ -185,7 +159,7 @@ class OpenAI:
                           ttft_ms=ttft if ttft is not None else total, total_ms=total, prompt_tokens=prompt,
                           prefill_tokens=prompt - cached,
                           stop_reason=why or {"stop": "eos", "length": "length"}.get(finish.get("reason", ""), ""),
-                          extra={"model": self.model, "fim_format": self.fmt.name, "tokens_cached": cached})
+                          extra={"model": self.model, "fim_format": self.fmt, "tokens_cached": cached})
 
     def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default") -> int:
         """A one-token request (servers refuse `max_tokens: 0`): the server's prefix cache keeps
@@ -228,7 +202,7 @@ class OpenAI:
 
     def stats(self) -> dict:
         return {"engine": "openai", "url": self.http.base, "model": self.model,
-                "fim_format": self.fmt.name if self.fmt else None, "ctx": self.ctx,
+                "fim_format": self.fmt, "ctx": self.ctx,
                 "exact_tokens": self.exact_tokens, **self.counters, **self.http.counters}
 
     def close(self) -> None:
