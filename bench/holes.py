@@ -2,9 +2,11 @@
 never trained on (stdlib email/, json/, asyncio/), ask the same engine to fill it twice — with the
 raw prefix/suffix prompt, and through the syntax-aware pipeline — and compare what would land in
 the editor: exact match, edit similarity, insertions that add parse errors, insertions that
-duplicate the suffix, prompt tokens, latency.
+duplicate the suffix, degenerate text shown, decode tokens spent on completions that show
+nothing, prompt tokens, latency. `--no-degenerate-stop` adds the pipeline without the degenerate
+stop as a before column.
 
-    python bench/holes.py --n 40 [--target DIR --draft DIR] [--max-new-tokens 48]
+    python bench/holes.py --n 40 [--target DIR --draft DIR] [--max-new-tokens 48] [--no-degenerate-stop]
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import argparse
 import json
 import os
 import random
+import re
 import statistics
 import sys
 import time
@@ -20,9 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from completer.degenerate import find
 from completer.documents import parse_snapshot
 from completer.pipeline import CompletionOptions, complete_at, make_engine
 from completer.syntax import SyntaxOptions
+from completer.syntax.stop import SEEN_CHARS
 from completer.syntax.postprocess import error_count
 from draft_models.data import corpus_files, read_source
 
@@ -117,57 +122,87 @@ def score(hole: dict, insert: str) -> dict:
             "dup_suffix": duplicates_suffix(insert, hole["text"], hole["offset"]), "empty": not got}
 
 
+def is_degenerate(hole: dict, insert: str) -> bool:
+    """The shown text judged by the stop's own detector (completer/degenerate.py) with the same
+    context the stop had: the cursor's line, the line above it and the document around."""
+    text, off = hole["text"], hole["offset"]
+    s = text.rfind("\n", 0, off) + 1
+    above = [ln for ln in text[:s].split("\n") if ln.strip()]
+    return find(insert, text[s:off], above[-1] if above else "", text[max(off - SEEN_CHARS, 0):off + SEEN_CHARS]) is not None
+
+
+def repeats(insert: str) -> bool:
+    """An independent, stricter check: a word (with ≤ 3 separators) three times in a row, or the
+    same non-blank line twice in a row."""
+    lines = [ln.strip() for ln in insert.split("\n")]
+    return bool(re.search(r"(\w{2,}\W{0,3})\1\1", insert)) or any(
+        a and a == b for a, b in zip(lines, lines[1:]))
+
+
+def variant(hole: dict, comp, ms: float) -> dict:
+    return {"text": comp.text, "gate": comp.extra.get("gate"), "prompt_tokens": comp.prompt_tokens,
+            "tokens_saved": comp.extra.get("tokens_saved", 0), "new_tokens": comp.new_tokens,
+            "stop_reason": comp.stop_reason, "ms": ms, **score(hole, comp.text),
+            "degenerate": bool(comp.text.strip()) and is_degenerate(hole, comp.text),
+            "repeats": bool(comp.text.strip()) and repeats(comp.text)}
+
+
 def run(args) -> dict:
     engine = make_engine(None, target=args.target, draft=args.draft, max_new_tokens=args.max_new_tokens,
                          device=args.device)
-    opts = CompletionOptions(max_new_tokens=args.max_new_tokens, syntax=SyntaxOptions())
+    pipelines = {"syntax": SyntaxOptions()}
+    if args.no_degenerate_stop:  # the before column, in the same run, on the same engine
+        pipelines = {"no-degen": SyntaxOptions(stop_degenerate=False), **pipelines}
     rows = []
     for i, h in enumerate(make_holes(args.n, args.seed)):
         text, off = h["text"], h["offset"]
         t0 = time.perf_counter()
         raw = engine.complete(text[:off], text[off:], doc_key="raw:" + h["file"], max_new=args.max_new_tokens)
-        raw_ms = (time.perf_counter() - t0) * 1e3
-        res = complete_at(engine, text, off, language="python", doc_key="syn:" + h["file"], options=opts)
-        rows.append({"file": h["file"], "kind": h["kind"], "middle": h["middle"],
-                     "raw": {"text": raw.text, "prompt_tokens": raw.to_json()["prompt_tokens"], "ms": raw_ms,
-                             **score(h, raw.text)},
-                     "syntax": {"text": res.text, "gate": res.stats["gate"],
-                                "prompt_tokens": res.stats.get("engine", {}).get("prompt_tokens", 0),
-                                "tokens_saved": res.stats.get("tokens_saved", 0),
-                                "ms": res.stats.get("total_ms", res.stats.get("syntax_ms", 0.0)),
-                                **score(h, res.text)}})
+        row = {"file": h["file"], "kind": h["kind"], "middle": h["middle"],
+               "raw": variant(h, raw, (time.perf_counter() - t0) * 1e3)}
+        for name, syn in pipelines.items():
+            res = complete_at(engine, text, off, language="python", doc_key=f"{name}:{h['file']}",
+                              options=CompletionOptions(max_new_tokens=args.max_new_tokens, syntax=syn))
+            row[name] = variant(h, res, res.total_ms)
+        rows.append(row)
         print(f"\r{i + 1}/{args.n}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     return {"n": len(rows), "target": args.target or "embedded default", "draft": args.draft or "embedded default",
-            "max_new_tokens": args.max_new_tokens, "seed": args.seed,
-            "summary": {kind: summarize(rows, kind) for kind in ("all", "line", "block")}, "holes": rows}
+            "max_new_tokens": args.max_new_tokens, "seed": args.seed, "variants": ["raw", *pipelines],
+            "summary": {kind: summarize(rows, kind, ["raw", *pipelines]) for kind in ("all", "line", "block")},
+            "holes": rows}
 
 
-def summarize(rows: list[dict], kind: str) -> dict:
+def summarize(rows: list[dict], kind: str, variants: list[str]) -> dict:
     sel = [r for r in rows if kind == "all" or r["kind"] == kind]
     out = {}
-    for variant in ("raw", "syntax"):
-        v = [r[variant] for r in sel]
+    for name in variants:
+        v = [r[name] for r in sel]
         nonempty = [x for x in v if not x["empty"]]
         pct = lambda xs, k: round(100 * sum(x[k] for x in xs) / len(xs), 1) if xs else 0.0
-        out[variant] = {
+        out[name] = {
             "holes": len(v), "exact_%": pct(v, "exact"),
             "similarity": round(statistics.fmean(x["similarity"] for x in v), 3) if v else 0.0,
             "adds_parse_errors_%": pct(nonempty, "parse_error"), "dup_suffix_%": pct(nonempty, "dup_suffix"),
             "empty_%": pct(v, "empty"),
+            "degenerate_%": pct(nonempty, "degenerate"), "repeats_%": pct(nonempty, "repeats"),
+            "decode_tokens": sum(x["new_tokens"] for x in v),
+            "wasted_tokens": sum(x["new_tokens"] for x in v if x["empty"]),  # decoded, then nothing shown
             "prompt_tokens_mean": round(statistics.fmean(x["prompt_tokens"] for x in v), 1) if v else 0.0,
             "latency_ms_p50": round(statistics.median(x["ms"] for x in v), 1) if v else 0.0}
     return out
 
 
 def print_table(report: dict) -> None:
-    cols = ["exact_%", "similarity", "adds_parse_errors_%", "dup_suffix_%", "empty_%", "prompt_tokens_mean",
-            "latency_ms_p50"]
+    cols = ["exact_%", "similarity", "adds_parse_errors_%", "dup_suffix_%", "empty_%", "degenerate_%", "repeats_%",
+            "decode_tokens", "wasted_tokens", "prompt_tokens_mean", "latency_ms_p50"]
     print(f"holes on held-out stdlib (email/, json/, asyncio/): n={report['n']}, target={report['target']}")
-    print(f"{'kind':6} {'prompt':7} " + " ".join(f"{c:>20}" for c in cols))
+    print("degenerate_%: shown completions the stop's detector flags; repeats_%: an independent check (a word "
+          "3x or a line 2x in a row); wasted_tokens: decoded for completions that show nothing")
+    print(f"{'kind':6} {'prompt':9} " + " ".join(f"{c:>13.13}" for c in cols))
     for kind, s in report["summary"].items():
-        for variant in ("raw", "syntax"):
-            print(f"{kind:6} {variant:7} " + " ".join(f"{s[variant][c]:>20}" for c in cols))
+        for name in report["variants"]:
+            print(f"{kind:6} {name:9} " + " ".join(f"{s[name][c]:>13}" for c in cols))
 
 
 def plot(report: dict, path: Path) -> bool:
@@ -178,11 +213,12 @@ def plot(report: dict, path: Path) -> bool:
     except ImportError:
         return False
     s = report["summary"]["all"]
-    keys = ["exact_%", "adds_parse_errors_%", "dup_suffix_%", "empty_%"]
+    keys = ["exact_%", "adds_parse_errors_%", "dup_suffix_%", "empty_%", "degenerate_%"]
     fig, ax = plt.subplots(figsize=(7, 3.5))
     xs = range(len(keys))
-    ax.bar([x - 0.2 for x in xs], [s["raw"][k] for k in keys], 0.4, label="raw prompt")
-    ax.bar([x + 0.2 for x in xs], [s["syntax"][k] for k in keys], 0.4, label="syntax pipeline")
+    width = 0.8 / len(report["variants"])
+    for j, name in enumerate(report["variants"]):
+        ax.bar([x - 0.4 + (j + 0.5) * width for x in xs], [s[name][k] for k in keys], width, label=name)
     ax.set_xticks(list(xs), keys)
     ax.set_ylabel("% of holes / insertions")
     ax.legend()
@@ -199,6 +235,8 @@ def main() -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-degenerate-stop", action="store_true",
+                    help="also run the pipeline without the degenerate stop (the before column)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
