@@ -413,6 +413,9 @@ def make_runner(model, max_len: int | None = None, lean: bool = True, draft: boo
             w = model._lean_weights = LlamaWeights.from_hf(model)  # fused once, shared by slots
     if w is None:
         return HFRunner(model, max_len)
+    if w.device.type == "cuda":  # static shapes replayed as CUDA graphs (cuda_graphs.py)
+        from .cuda_graphs import GraphRunner
+        return GraphRunner(w, max_len)
     if lean:
         from .np_runner import NumpyRunner, eligible
         if eligible(w):
