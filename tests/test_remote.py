@@ -152,3 +152,22 @@ def test_reconnects_after_the_service_restarts(tiny_pair):
     finally:
         r.close()
         s.stop()
+
+
+def test_openai_client_on_our_server(serve):
+    """`completer serve` also speaks /v1/completions: the OpenAI client there builds no FIM prompt
+    (the model reports owned_by "completer": the server builds it from `suffix`)."""
+    c = connect(f"openai:http://127.0.0.1:{serve.port}/v1", api_key=TOKEN)
+    c.warm_start()
+    assert c.inner.fmt == "suffix" and not c.inner.exact_tokens
+    deltas = []
+    r = c.complete(PREFIX, SUFFIX, doc_key="oa.py", max_new=12, on_text=deltas.append)
+    assert r.text and "".join(deltas) == r.text and r.extra["fim_format"] == "suffix"
+    cut = c.complete(PREFIX, SUFFIX, doc_key="oa2.py", max_new=12, stop_text=lambda t: 1 if t else None)
+    assert cut.text == r.text[:1] and cut.stop_reason == "stop"
+    with pytest.raises(EngineError) as err:
+        connect(f"openai:http://127.0.0.1:{serve.port}/v1", api_key=TOKEN, model="gpt-4").warm_start()
+    assert err.value.code == "model" and "gpt-4" in err.value.message
+    with pytest.raises(EngineError) as err:
+        connect(f"openai:http://127.0.0.1:{serve.port}/v1", api_key="wrong").warm_start()
+    assert err.value.code == "unauthorized" and "wrong" not in err.value.message

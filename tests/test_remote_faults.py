@@ -169,3 +169,13 @@ def test_cancel_during_backoff_gives_up_at_once():
     with pytest.raises(EngineError):
         c.inner.http.open("GET", "/v1/models", cancel=cancel)
     assert c.stats()["retries"] == 0
+
+
+def test_the_remote_package_never_imports_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, completer.remote, completer.remote.ws, completer.remote.llamacpp, completer.remote.openai; "
+            "print('torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() \
+        == "False"
