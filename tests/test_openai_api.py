@@ -149,3 +149,38 @@ def test_hanging_up_mid_stream_cancels_the_generation(server):
     while cancelled() == before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert cancelled() == before + 1
+
+
+def test_a_full_queue_is_429_with_a_retry_hint():
+    """One generation at a time and one waiting: of two more requests one waits, the other is
+    refused at once with 429 and Retry-After; once the first client hangs up the waiting one runs."""
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    p, server = start_server("--token", TOKEN, "--max-batch", "1", "--max-queue", "1")
+    try:
+        conn = http.client.HTTPConnection(*server.split(":"), timeout=120)
+        conn.request("POST", "/v1/completions", json.dumps({"prompt": "import os\n", "max_tokens": 256,
+                                                            "stream": True, "user": "a"}), AUTH)
+        r = conn.getresponse()
+        assert next(line for line in r if line.startswith(b"data: "))  # generating (256 tokens: seconds)
+        with ThreadPoolExecutor(2) as pool:
+            futs = [pool.submit(call_with_headers, server, {"prompt": "x = ", "max_tokens": 4, "user": u})
+                    for u in ("b", "c")]
+            first = wait(futs, return_when=FIRST_COMPLETED).done.pop()
+            status, headers, body = first.result()
+            assert is_error(status, body, 429, "overloaded") and int(headers["Retry-After"]) >= 1
+            r.close()
+            conn.close()  # the first client hangs up: the waiting request runs
+            (other,) = [f for f in futs if f is not first]
+            assert other.result()[0] == 200
+    finally:
+        stop_server(p)
+
+
+def call_with_headers(server: str, body: dict) -> tuple[int, dict, dict]:
+    req = urllib.request.Request(f"http://{server}/v1/completions", data=json.dumps(body).encode(), headers=AUTH)
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, dict(r.headers), json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), json.load(e)

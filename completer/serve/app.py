@@ -68,6 +68,7 @@ class Service:
         self.model_info: dict = {}
         self.model_id = ""  # the id /v1 serves it as: the target as given
         self.pool: ThreadPoolExecutor | None = None
+        self.workers = self.running = 0  # the pool's threads; completions holding one
         self.request_ms = 100.0  # moving average of a completion's time: the retry hint
         self.metrics = Metrics(lambda: self.engine.stats() if self.ready else None, lambda: self.ready)
         self.handlers = {"hello": self._hello, "ping": self._ping, "complete": self._complete,
@@ -79,8 +80,8 @@ class Service:
         """Load the models and warm them up (a worker thread; /health says 503 meanwhile)."""
         try:
             engine = self.make_engine()
-            self.pool = ThreadPoolExecutor(engine.cfg.max_queue + engine.cfg.max_batch + 4,
-                                           thread_name_prefix="completer-work")
+            self.workers = engine.cfg.max_queue + engine.cfg.max_batch + 4
+            self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="completer-work")
             warm_ms = engine.warm_start()
             sample = "def load(path):\n    with open(path) as f:\n        return json.load(f)\n"
             self.model_info = {
@@ -105,6 +106,10 @@ class Service:
         """Run `job` in a worker thread, awaiting `on_delta(text)` for each streamed delta →
         (the final completion, whether it was cancelled). Raises Refused; `cancel` is set when
         this coroutine ends early (its caller went away)."""
+        if self.running >= self.workers:  # beyond what the engine's queue takes: refused at once
+            self.metrics.requests.labels(kind, "error").inc()
+            raise Refused("overloaded", f"{self.running} requests are running; try again later",
+                          self.retry_after_ms())
         loop = asyncio.get_running_loop()
         deltas: asyncio.Queue = asyncio.Queue()
 
@@ -118,6 +123,8 @@ class Service:
                 loop.call_soon_threadsafe(deltas.put_nowait, None)
 
         fut = loop.run_in_executor(self.pool, work)
+        self.running += 1
+        fut.add_done_callback(self._worker_free)
         try:
             while (delta := await deltas.get()) is not None:
                 await on_delta(delta)
@@ -142,6 +149,9 @@ class Service:
             self.metrics.observe(c.to_json())
             self.request_ms = 0.9 * self.request_ms + 0.1 * c.total_ms
         return c, cancelled
+
+    def _worker_free(self, fut) -> None:
+        self.running -= 1
 
     def _run_engine(self, job: Job, cancel: threading.Event, on_text) -> Completion:
         """The syntax-aware pipeline when a language is given, else the plain engine (a worker thread)."""
