@@ -2,6 +2,7 @@
 
     python bench/peers.py [--shapes embedded,0.5b,1.5b] [--layouts llama,qwen2] [--n 4]
                           [--quants none,auto,fast-int8] [--no-hf] [--no-server] [--threads 2]
+                          [--device cuda --no-llamacpp --out DIR]   (bench/gpu_check.sh)
 
 Models: the embedded pair (draft_models/default), and random-weight models at the
 Qwen2.5-Coder-0.5B / 1.5B shapes (bf16 checkpoints, built once under bench/out/peers/), in the
@@ -17,11 +18,12 @@ compare only within one run):
   llama.cpp from `llama-bench -p DEPTH -n 0`;
 - end to end ms for a 32-token completion from a cold cache: ours and HF in-process,
   llama.cpp through llama-server's /completion (`cache_prompt` off; one HTTP round trip).
-Ours: plain (no drafter) in each `--quants` mode, and the default (speculative: combined drafter,
-adaptive k) where the model has a draft. llama.cpp: `.ci/llamacpp.sh` builds it once.
+Ours: plain (no drafter) in each `--quants` mode (`QUANT` or `DTYPE:QUANT`, e.g. `bf16:nf4` on
+CUDA), and the default (speculative: combined drafter, adaptive k) where the model has a draft.
+HF: float32 on the CPU, bfloat16 on CUDA. llama.cpp: `.ci/llamacpp.sh` builds it once.
 
 Prints one table per model with ratios to llama.cpp (ours/llama.cpp: < 1 is faster), writes
-bench/out/peers.json and bench/out/peers.png.
+peers.json and peers.png under --out (bench/out).
 """
 from __future__ import annotations
 
@@ -58,7 +60,7 @@ def llamacpp_dir() -> Path:
     return Path(r.stdout.strip().splitlines()[-1])
 
 
-def random_model(shape: str, layout: str) -> Path:
+def random_model(shape: str, layout: str, device: str) -> Path:
     """A random-weight bf16 checkpoint at a Qwen2.5-Coder shape, with the embedded tokenizer
     (GGUF conversion needs one; token ids past its 8192 are never fed)."""
     d = MODELS / f"{shape}-{layout}"
@@ -70,7 +72,8 @@ def random_model(shape: str, layout: str) -> Path:
     cfg = C(vocab_size=151936, max_position_embeddings=1024, tie_word_embeddings=True, rope_theta=1e6,
             rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=0, pad_token_id=0, **SHAPES[shape])
     torch.manual_seed(0)
-    model = M(cfg).to(torch.bfloat16).eval()
+    with torch.device("cuda" if device == "cuda" else "cpu"):  # initialising 1.5B on 2 cores takes minutes
+        model = M(cfg).to(torch.bfloat16).eval()
     if layout == "qwen2":
         with torch.no_grad():  # HF initialises biases at zero: draw them, so they count
             for name, p in model.named_parameters():
@@ -135,14 +138,16 @@ class Server:
         self.p.wait()
 
 
-def ours(model_dir: Path | None, quant: str, speculative: bool):
+def ours(model_dir: Path | None, spec: str, speculative: bool, device: str):
     """A method: our engine's runner (and, for the default, its drafters) on one prompt →
-    (decode ms/token, prefill tokens/s, end-to-end ms)."""
+    (decode ms/token, prefill tokens/s, end-to-end ms). `spec`: QUANT or DTYPE:QUANT."""
     from completer.engine.drafters import CombinedDrafter, ModelDrafter
     from completer.engine.engine import Engine, EngineConfig, Slot
     from completer.engine.speculative import generate
 
+    dtype, _, quant = spec.rpartition(":")
     eng = Engine(EngineConfig(target=None if model_dir is None else str(model_dir), quant=quant,
+                              dtype=dtype or "auto", device=device,
                               drafter="combined" if speculative else "none", max_draft_len=8))
     eng.step_costs = eng.measure_step_costs()  # what warm_start does: the adaptive k plans with it
 
@@ -156,15 +161,16 @@ def ours(model_dir: Path | None, quant: str, speculative: bool):
     return run
 
 
-def hf(model_dir: Path):
+def hf(model_dir: Path, device: str):
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    dt = torch.bfloat16 if device == "cuda" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dt).to(device).eval()
 
     def gen_ms(prompt: list[int], n: int) -> float:
-        x = torch.tensor([prompt])
+        x = torch.tensor([prompt], device=device)
         t0 = time.perf_counter()
-        with torch.inference_mode():
+        with torch.inference_mode():  # generate() returns ids: its own host sync ends the timing
             model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, min_new_tokens=n,
                            do_sample=False, eos_token_id=None, pad_token_id=0)
         return (time.perf_counter() - t0) * 1e3
@@ -180,12 +186,12 @@ def measure(name: str, model_dir: Path | None, a, cache: Path | None, prompts: l
     hf_dir = model_dir or Path(__import__("draft_models").DEFAULT_TARGET)
     methods = {}
     for q in a.quants.split(","):
-        methods[f"ours {q} plain"] = ours(model_dir, q, False)
+        methods[f"ours {q} plain"] = ours(model_dir, q, False, a.device)
     if model_dir is None:  # the embedded pair has a draft: the default is speculative
         for q in a.spec_quants.split(","):
-            methods[f"ours {q} default (speculative)"] = ours(model_dir, q, True)
+            methods[f"ours {q} default (speculative)"] = ours(model_dir, q, True, a.device)
     if not a.no_hf:
-        methods["HF generate() fp32"] = hf(hf_dir)
+        methods[f"HF generate() {'bf16' if a.device == 'cuda' else 'fp32'}"] = hf(hf_dir, a.device)
     ggufs = {}
     if cache is not None:
         for t in (["f32"] if model_dir is None else []) + ["f16", "q8_0"]:
@@ -264,6 +270,8 @@ def main() -> int:
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--no-llamacpp", action="store_true")
     ap.add_argument("--no-server", action="store_true", help="skip llama-server's end-to-end column")
+    ap.add_argument("--device", default="cpu", help="cpu | cuda (ours and HF; llama.cpp is the CPU build)")
+    ap.add_argument("--out", default=str(OUT), help="where peers.json and peers.png go")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -273,7 +281,7 @@ def main() -> int:
 
     from completer.engine.engine import Engine, EngineConfig
 
-    emb = Engine(EngineConfig(drafter="none"))
+    emb = Engine(EngineConfig(drafter="none", device="cpu"))  # its tokenizer makes the prompts
     holes = fim_holes(a.n, a.seed, ("more-itertools",), kind="start")
     prompts = [emb.fim_prompt(h.prefix, h.suffix)[-(emb.ctx - 64):] for h in holes]
     del emb
@@ -284,11 +292,13 @@ def main() -> int:
             continue
         for layout in a.layouts.split(","):
             name = f"Qwen2.5-Coder-{shape.upper()} shape, {layout} layout (random weights)"
-            results[name] = measure(name, random_model(shape, layout), a, cache, prompts)
-    OUT.mkdir(exist_ok=True)
-    (OUT / "peers.json").write_text(json.dumps({"threads": a.threads, "new": NEW, "models": results}, indent=2) + "\n")
-    _plot(results, OUT / "peers.png")
-    print(f"\nwrote {OUT / 'peers.json'} and peers.png")
+            results[name] = measure(name, random_model(shape, layout, a.device), a, cache, prompts)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "peers.json").write_text(json.dumps({"threads": a.threads, "device": a.device, "new": NEW,
+                                                "models": results}, indent=2) + "\n")
+    _plot(results, out / "peers.png")
+    print(f"\nwrote {out / 'peers.json'} and peers.png")
     return 0
 
 
