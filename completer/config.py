@@ -73,6 +73,8 @@ class EngineConfig:
     batch_wait_ms: float = opt(2.0, "how long a batched step waits for the other live generations", lo=0.0,
                                hi=1000.0)
     max_queue: int = opt(64, "requests waiting beyond this are refused (overloaded)", lo=1, hi=100_000)
+    batch_step_tokens: int = opt(32, "verify tokens a batched step aims at: each live generation's draft is "
+                                 "capped to its share under load (0 = no cap)", lo=0, hi=4096)
     warmup_chunk: int = opt(32, "warmup prefill chunk: the most an interactive request waits on it", lo=1,
                             hi=4096)
     type_through: bool = opt(True, "serve the rest of the last completion when the user types it")

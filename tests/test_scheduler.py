@@ -10,6 +10,7 @@ import pytest
 import torch
 from test_cache import engine, random_pair, tok  # noqa: F401 - the fixture is used by name
 
+from completer.engine.batch import StepBatcher
 from completer.engine.scheduler import INTERACTIVE, Overloaded, Scheduler, SchedulerConfig
 
 torch.set_num_threads(1)
@@ -207,3 +208,53 @@ def test_type_through_follows_a_generation_in_flight(tok):  # noqa: F811
     assert first.stop_reason in ("length", "eos")
     assert c.extra["type_through"] and c.text == first.text[len(follower["typed"]):]
     assert "".join(streamed) == c.text
+
+
+def test_step_budget_caps_the_draft_under_load():
+    b = StepBatcher(max_batch=16, step_tokens=32)
+    assert b.max_draft_now() is None  # alone: the adaptive draft length decides
+    for live, cap in ((2, 15), (4, 7), (16, 1), (40, 1)):  # each verifies its draft + 1 of 32 tokens
+        b.set_active(live)
+        assert b.max_draft_now() == cap
+    b.step_tokens = 0
+    assert b.max_draft_now() is None
+
+
+def verify_widths_together(pair, step_tokens: int) -> tuple[list[int], dict]:
+    """Three documents decoding together: the target verify widths seen while ≥ 2 were live, and
+    each document's ids."""
+    prompts = {f"doc{i}": PROMPT[i * 5:60 + i * 7] for i in range(3)}
+    e = engine(pair, max_new_tokens=12, max_batch=4, batch_wait_ms=50, draft_len=4,
+               batch_step_tokens=step_tokens)
+    widths: list[int] = []
+    real = e.sched.batcher.forward
+
+    def spy(runner, ids):
+        verify = len(ids) <= e.cfg.max_draft_len + 1 and any(runner is s.target for s in e.slots.values())
+        if verify and e.sched.depth()[1] >= 2:  # live only falls once all three run: the cap read was ≤ this
+            widths.append(len(ids))
+        return real(runner, ids)
+
+    e.sched.batcher.forward = spy
+    together = threading.Barrier(3)
+    seen: list[int] = []
+
+    def first_step(ids):
+        if threading.get_ident() not in seen:
+            seen.append(threading.get_ident())
+            together.wait()  # all three live before any verify step
+
+    runs = {d: in_thread(e.complete_ids, p, doc_key=d, on_tokens=first_step) for d, p in prompts.items()}
+    for th, _ in runs.values():
+        th.join()
+    return widths, {d: box["out"][0] for d, (_, box) in runs.items()}
+
+
+def test_batched_verify_width_is_capped_and_output_unchanged(tok):  # noqa: F811
+    pair = random_pair(tok, seed=11)
+    # 5 tokens for 2 or 3 generations: a draft of 1 each (verify width 2)
+    capped, ids = verify_widths_together(pair, step_tokens=5)
+    free, free_ids = verify_widths_together(pair, step_tokens=0)
+    assert capped and max(capped) == 2
+    assert max(free) > 2  # without the cap the adaptive draft length (starting at 4) is wider
+    assert ids == free_ids  # greedy: the cap changes the pace, never the text

@@ -5,6 +5,10 @@ For `LlamaRunner`s sharing weights, `forward_many` (runner.py) concatenates the 
 so the linear layers run once on [ΣT, D] (the weight read is paid once per step instead of once per
 request), while rotary embedding, the K/V write and attention stay per sequence over each runner's
 own cache. Other runners (HF, quantized) are stepped one after another inside the same step.
+
+A batched step runs at the pace of its widest member, so under load the live generations share a
+per-step token budget: `max_draft_now()` caps each one's draft length (read by the speculative
+loop through `Via.max_draft`) so that no member waits on a much longer verify.
 """
 from __future__ import annotations
 
@@ -50,8 +54,9 @@ class StepBatcher:
     `wait_s`; then the oldest caller runs the whole step for everyone. One step runs at a time,
     so the model never sees two concurrent forwards."""
 
-    def __init__(self, max_batch: int = 8, wait_s: float = 0.002):
+    def __init__(self, max_batch: int = 8, wait_s: float = 0.002, step_tokens: int = 32):
         self.max_batch, self.wait_s = max_batch, wait_s
+        self.step_tokens = step_tokens  # verify tokens a shared step aims at (0 = no cap)
         self.cond = threading.Condition()
         self.pending: list[_Call] = []
         self.active = 1       # live generations that may submit (set by the scheduler)
@@ -63,6 +68,14 @@ class StepBatcher:
         with self.cond:
             self.active = max(1, n)
             self.cond.notify_all()
+
+    def max_draft_now(self) -> int | None:
+        """Draft tokens a generation may verify in its next step: the step budget shared by the
+        generations stepping together (each verifies its draft + 1), at least 1; None alone."""
+        n = min(self.active, self.max_batch)  # read without the lock: a stale value only shifts one step
+        if n < 2 or self.step_tokens <= 0:
+            return None
+        return max(self.step_tokens // n - 1, 1)
 
     def forward(self, runner, ids: list[int]) -> torch.Tensor:
         call = _Call(runner, ids)
@@ -114,6 +127,11 @@ class Via:
 
     def truncate(self, n: int) -> None:
         self.runner.truncate(n)
+
+    @property
+    def max_draft(self) -> int | None:
+        """The draft-length cap under load (StepBatcher.max_draft_now)."""
+        return self.batcher.max_draft_now()
 
     def forward(self, new_ids: list[int]) -> torch.Tensor:
         return self.batcher.forward(self.runner, new_ids)

@@ -152,7 +152,8 @@ class Engine:
                               if m is not None)
         self.slots: OrderedDict[str, Slot] = OrderedDict()  # LRU order; guarded by sched.cond
         self.records: OrderedDict[str, Record] = OrderedDict()
-        self.sched = Scheduler(SchedulerConfig(cfg.max_batch, cfg.batch_wait_ms, cfg.max_queue), self._admit)
+        self.sched = Scheduler(SchedulerConfig(cfg.max_batch, cfg.batch_wait_ms, cfg.max_queue,
+                                               cfg.batch_step_tokens), self._admit)
         self._stats_lock = threading.Lock()
         self.step_costs: tuple[float, list[float] | None] = (0.06, None)  # (c, verify costs) for
         # AdaptiveK: defaults until warm_start measures them on this machine

@@ -6,7 +6,8 @@ Rules (the engine's callers run in their own threads and block in `acquire`):
   current decode step because its cancel check reads `superseded`);
 - interactive work goes before warmup; warmup runs only while no interactive work is live or
   waiting, and yields between prefill chunks when some arrives (`should_yield` / `pause`);
-- at most `max_batch` live interactive tickets: they step together through the `StepBatcher`;
+- at most `max_batch` live interactive tickets: they step together through the `StepBatcher`,
+  sharing a step budget of `step_tokens` verify tokens (each one's draft length is capped);
 - memory: a ticket is admitted only when `admit` can give its document a KV slot within the
   budget next to the slots of the live tickets (evicting idle ones), otherwise it waits; a queue
   longer than `max_queue` and a slot that cannot fit even alone are refused with `Overloaded`.
@@ -35,6 +36,7 @@ class SchedulerConfig:
     max_batch: int = 8           # live generations stepping together; 1 = serial (batching off)
     batch_wait_ms: float = 2.0   # how long a step waits for the other live generations to join it
     max_queue: int = 64          # waiting tickets beyond this are refused (overloaded)
+    step_tokens: int = 32        # verify tokens a batched step aims at: draft caps under load (0 = none)
 
 
 class Ticket:
@@ -59,7 +61,7 @@ class Scheduler:
         self.cond = threading.Condition()
         self.waiting: list[Ticket] = []
         self.live: dict[str, Ticket] = {}
-        self.batcher = StepBatcher(cfg.max_batch, cfg.batch_wait_ms / 1e3)
+        self.batcher = StepBatcher(cfg.max_batch, cfg.batch_wait_ms / 1e3, cfg.step_tokens)
         self._seq = 0
         self.superseded_count = 0
 

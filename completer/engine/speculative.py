@@ -78,7 +78,8 @@ def generate(target, prompt: list[int], max_new: int, sampling: Sampling,
         if room < 0:
             st.stop_reason = "context"
             break
-        kk = min(k.k if k else 0, max_new - len(out), room)
+        cap = getattr(target, "max_draft", None)  # a batched step's share under load (batch.Via)
+        kk = min(k.k if k else 0, max_new - len(out), room, cap if cap is not None else room)
         prop = drafter.propose(prompt + out, kk) if drafter is not None and kk > 0 else EMPTY
         base = len(target.ids)
         logits = target.forward([out[-1]] + prop.ids)  # [k+1, V]: one verify forward
