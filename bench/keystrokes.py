@@ -14,9 +14,16 @@ Modes, in the same run on the same model pair:
   cache+warmup  cache plus warmup prefill
   full          cache + warmup + server-side type-through
 `--lsp` drives the real language server (`python -m lsp.server`, LSP over stdio) instead and
-reports end-to-end latency for warmup on/off.
+reports end-to-end latency for warmup on/off. `--lsp --engine E [--engine E ...]` replays the same
+keystrokes through the language server on each engine, side by side (warmup on): `local` (the
+in-process engine), `serve` (a `completer serve` started here, over ws://), `llama-server` (a
+llama-server started here on the same target converted to GGUF by .ci/llamacpp.sh, through its
+/infill), `llama-server/openai` (the same server's /v1/completions with our FIM format), or any
+engine URL. Per engine: p50/p90/p99 per keystroke request, and tokens generated (where the server
+counts them) vs shown: what the in-loop stop saved against max_new_tokens per request.
 
     python bench/keystrokes.py [--target DIR --draft DIR] [--files 2] [--chars 240]
+    python bench/keystrokes.py --lsp --engine local --engine serve --engine llama-server --files 1 --chars 80
 """
 from __future__ import annotations
 
@@ -61,7 +68,8 @@ def keystroke_gaps(text: str, rng: random.Random) -> list[float]:
 
 
 def pick_sites(tok_count, files: int, chars: int, head_tokens: int, rng: random.Random):
-    """(path, head, region, tail): `region` typed after a head of ≈head_tokens tokens."""
+    """(path, head, region, tail): `region` (≈chars, to a line end) typed after a head of
+    ≈head_tokens tokens."""
     from draft_models.data import corpus_files, read_source
 
     paths = corpus_files(split="heldout")
@@ -80,7 +88,8 @@ def pick_sites(tok_count, files: int, chars: int, head_tokens: int, rng: random.
                 break
         if not n or len(text) - n < chars + 200:
             continue
-        sites.append((p, text[:n], text[n:n + chars], text[n + chars:]))
+        end = text.find("\n", n + chars)  # the region ends at a line end: nothing follows the cursor on its line
+        sites.append((p, text[:n], text[n:end], text[end:]))
         if len(sites) == files:
             break
     return sites
@@ -275,28 +284,20 @@ class LspClient:
             self.p.kill()
 
 
-def bench_lsp(a) -> dict:
+def replay_lsp(a, sites, mode: str, argv: list[str], opts: dict, tok_count) -> tuple[list[dict], dict]:
+    """Type each site's region into a fresh language server; a request after each debounce-long
+    pause. Rows per request, and the server's completer/stats at the end."""
     env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "TOKENIZERS_PARALLELISM": "false"}
-    rng = random.Random(a.seed)
-    from completer.engine.models import load_tokenizer
-    from draft_models import DEFAULT_TARGET
-
-    tok = load_tokenizer(a.target or str(DEFAULT_TARGET))
-    sites = pick_sites(lambda s: len(tok.encode(s, add_special_tokens=False).ids), a.files, a.chars,
-                       a.head_tokens, rng)
+    lsp = LspClient([sys.executable, "-m", "lsp.server", *argv], env)
     rows = []
-    for warm in (True, False):
-        opts = {"warmup": warm, "debounce_ms": 0, "max_new_tokens": a.max_new}
-        if a.target:
-            opts.update(target=a.target, draft=a.draft)
-        lsp = LspClient([sys.executable, "-m", "lsp.server"], env)
+    try:
         lsp.request("initialize", {"processId": os.getpid(), "rootUri": None, "capabilities": {},
                                    "initializationOptions": opts})
         lsp.notify("initialized", {})
-        while lsp.request("completer/stats", {}).get("result", {}).get("engine") not in ("ready", "failed"):
+        while not str(lsp.request("completer/stats", {}).get("result", {}).get("engine")).startswith(("ready", "failed")):
             time.sleep(0.2)
         for path, head, region, tail in sites:
-            uri = f"file:///bench/{'w' if warm else 'c'}/{path.name}"
+            uri = f"file:///bench/{mode.replace('/', '_')}/{path.name}"
             lsp.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python",
                                                                  "version": 1, "text": head + tail}})
             gaps = keystroke_gaps(region, random.Random(zlib.crc32(path.name.encode())))
@@ -314,11 +315,168 @@ def bench_lsp(a) -> dict:
                     "textDocument": {"uri": uri}, "position": {"line": line, "character": col},
                     "context": {"triggerKind": 2}})
                 items = (r.get("result") or {}).get("items") or []
-                rows.append({"mode": "lsp cache+warmup" if warm else "lsp cache", "file": path.name,
-                             "char": i, "e2e_ms": (time.perf_counter() - t0) * 1e3, "shown": bool(items)})
+                text = items[0]["insertText"] if items else ""
+                rows.append({"mode": mode, "file": path.name, "char": i, "e2e_ms": (time.perf_counter() - t0) * 1e3,
+                             "shown": bool(items), "shown_tokens": tok_count(text) if text else 0})
         stats = lsp.request("completer/stats", {}).get("result")
-        rows.append({"mode": "server_stats", "warmup": warm, "stats": stats})
+    finally:
         lsp.close()
+    return rows, stats
+
+
+class Peer:
+    """An engine server started for the run (completer serve or llama-server), on a free port."""
+
+    def __init__(self, argv: list[str], port: int, ready: str | None):
+        import subprocess
+
+        self.port = port
+        self.p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  env={**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"})
+        if ready is not None:  # completer serve says when its models are ready
+            for line in self.p.stderr:
+                if ready in line or "error" in line:
+                    break
+        else:  # llama-server: /health answers 200 once loaded
+            import urllib.request
+
+            for _ in range(600):
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
+                        break
+                except OSError:
+                    time.sleep(0.1)
+        if self.p.poll() is not None:
+            raise SystemExit(f"{argv[0]} exited at start")
+        import threading
+
+        threading.Thread(target=self.p.stderr.read, daemon=True).start()
+
+    def metric(self, name: str) -> float | None:
+        import re
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
+                m = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)", r.read().decode(), re.MULTILINE)
+        except OSError:
+            return None
+        return float(m.group(1)) if m else None
+
+    def stop(self) -> None:
+        self.p.terminate()
+        self.p.wait(timeout=30)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_peer(a, name: str, target: str) -> tuple[Peer, str, str]:
+    """(server, engine URL, the metric that counts its generated tokens) for `serve` or
+    `llama-server`."""
+    import subprocess
+
+    port = _free_port()
+    if name == "serve":
+        argv = [sys.executable, "-m", "completer.cli", "serve", "--port", str(port), "--max-new-tokens",
+                str(a.max_new), "--target", target]
+        if a.draft or not a.target:
+            from draft_models import DEFAULT_DRAFT
+
+            argv += ["--draft", a.draft or str(DEFAULT_DRAFT)]
+        return Peer(argv, port, "models ready"), f"ws://127.0.0.1:{port}", "completer_engine_new_tokens"
+    out = subprocess.run(["bash", str(ROOT / ".ci" / "llamacpp.sh"), "--gguf", target, "f32"], capture_output=True,
+                         text=True, env={**os.environ, "PYTHON": sys.executable}, check=False)
+    if out.returncode:
+        raise SystemExit(f"llama-server: {out.stderr.strip()}")
+    cache = subprocess.run(["bash", str(ROOT / ".ci" / "llamacpp.sh")], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    argv = [f"{cache}/bin/llama-server", "-m", out.stdout.strip(), "--host", "127.0.0.1", "--port", str(port),
+            "-c", "2048", "-np", "4", "-t", str(a.threads), "--metrics", "--spm-infill"]
+    return Peer(argv, port, None), f"http://127.0.0.1:{port}", "llamacpp:tokens_predicted_total"
+
+
+def bench_lsp_engines(a, sites, tok_count) -> dict:
+    """The same replay through the language server on each engine of --engine, side by side."""
+    from draft_models import DEFAULT_TARGET
+
+    target = a.target or str(DEFAULT_TARGET)
+    base = {"warmup": True, "debounce_ms": 0, "max_new_tokens": a.max_new}
+    peers: dict[str, tuple] = {}
+    rows, summary = [], {}
+    try:
+        for eng in a.engine:
+            counter, peer = None, None
+            opts = dict(base)
+            if eng == "local":
+                argv = []
+                opts.update({"target": a.target, "draft": a.draft} if a.target else {})
+            elif eng in ("serve", "llama-server", "llama-server/openai"):
+                kind = "serve" if eng == "serve" else "llama-server"
+                if kind not in peers:
+                    peers[kind] = start_peer(a, kind, target)
+                peer, url, counter = peers[kind]
+                url = {"serve": url, "llama-server": f"llamacpp:{url}",
+                       "llama-server/openai": f"openai:{url}/v1"}[eng]
+                argv = ["--engine", url]
+                if eng == "llama-server/openai":
+                    opts["fim_format"] = "completer"
+            else:
+                argv = ["--engine", eng]
+            before = peer.metric(counter) if peer is not None else None
+            r, stats = replay_lsp(a, sites, eng, argv, opts, tok_count)
+            after = peer.metric(counter) if peer is not None else None
+            rows += r
+            rows.append({"mode": "server_stats", "engine": eng, "stats": stats})
+            e2e = [x["e2e_ms"] for x in r]
+            summary[eng] = {"requests": len(r), **{q: round(pct(e2e, v), 2) for q, v in
+                                                    (("p50", .5), ("p90", .9), ("p99", .99))},
+                            "shown_rate": round(sum(x["shown"] for x in r) / len(r), 3) if r else 0.0,
+                            "tokens_shown": sum(x["shown_tokens"] for x in r),
+                            "tokens_generated": None if before is None or after is None else int(after - before),
+                            "tokens_max": len(r) * a.max_new, "engine_error": (stats or {}).get("engine_error")}
+    finally:
+        for peer, _, _ in peers.values():
+            peer.stop()
+    return {"sites": [str(s[0].name) for s in sites], "summary": summary, "rows": rows}
+
+
+def print_engines(res: dict) -> None:
+    print(f"files: {res['sites']}  (end-to-end per keystroke request through the language server, warmup on)")
+    print(f"{'engine':20s} {'reqs':>4s} {'p50 ms':>8s} {'p90 ms':>8s} {'p99 ms':>8s} {'shown':>6s} "
+          f"{'tok shown':>9s} {'tok generated':>13s} {'no-stop max':>11s} {'saved':>6s}")
+    for eng, s in res["summary"].items():
+        gen = s["tokens_generated"]
+        saved = f"{1 - gen / s['tokens_max']:.0%}" if gen is not None and s["tokens_max"] else "n/a"
+        print(f"{eng:20s} {s['requests']:4d} {s['p50']:8.1f} {s['p90']:8.1f} {s['p99']:8.1f} {s['shown_rate']:6.0%} "
+              f"{s['tokens_shown']:9d} {gen if gen is not None else 'n/a':>13} {s['tokens_max']:11d} {saved:>6s}"
+              + (f"  error: {s['engine_error']}" if s["engine_error"] else ""))
+
+
+def bench_lsp(a) -> dict:
+    rng = random.Random(a.seed)
+    from completer.engine.models import load_tokenizer
+    from draft_models import DEFAULT_TARGET
+
+    tok = load_tokenizer(a.target or str(DEFAULT_TARGET))
+    tok_count = lambda s: len(tok.encode(s, add_special_tokens=False).ids)
+    sites = pick_sites(tok_count, a.files, a.chars, a.head_tokens, rng)
+    if a.engine:
+        return bench_lsp_engines(a, sites, tok_count)
+    rows = []
+    for warm in (True, False):
+        opts = {"warmup": warm, "debounce_ms": 0, "max_new_tokens": a.max_new}
+        if a.target:
+            opts.update(target=a.target, draft=a.draft)
+        mode = "lsp cache+warmup" if warm else "lsp cache"
+        r, stats = replay_lsp(a, sites, mode, [], opts, tok_count)
+        rows += r
+        rows.append({"mode": "server_stats", "warmup": warm, "stats": stats})
     summary = {}
     for m in ("lsp cache+warmup", "lsp cache"):
         mine = [r for r in rows if r.get("mode") == m]
@@ -341,6 +499,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lsp", action="store_true", help="drive `python -m lsp.server` over stdio")
+    ap.add_argument("--engine", action="append", default=[],
+                    help="with --lsp, repeatable: local | serve | llama-server | llama-server/openai | an engine URL")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -350,10 +510,15 @@ def main(argv: list[str] | None = None) -> int:
             print("lsp/server.py is not there yet: run without --lsp", file=sys.stderr)
             return 2
         res = bench_lsp(a)
-        print(f"files: {res['sites']}")
-        for m, s in res["summary"].items():
-            print(f"{m:18s} {s['requests']:4d} requests  end-to-end p50 {s['p50']:.1f}  p90 {s['p90']:.1f}  "
-                  f"p99 {s['p99']:.1f} ms  (a completion shown for {s['shown_rate']:.0%}; the rest gated)")
+        if a.engine:
+            print_engines(res)
+        else:
+            print(f"files: {res['sites']}")
+            for m, s in res["summary"].items():
+                print(f"{m:18s} {s['requests']:4d} requests  end-to-end p50 {s['p50']:.1f}  p90 {s['p90']:.1f}  "
+                      f"p99 {s['p99']:.1f} ms  (a completion shown for {s['shown_rate']:.0%}; the rest gated)")
+    elif a.engine:
+        ap.error("--engine needs --lsp")
     else:
         res = bench_engine(a)
         print_engine(res)
