@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from lsprotocol import types as t
+from lsprotocol.types import ResponseErrorMessage
 from pygls.exceptions import (
     JsonRpcException,
     JsonRpcInvalidParams,
@@ -27,7 +28,13 @@ from pygls.exceptions import (
 )
 from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol, lsp_method
+from pygls.protocol import (
+    JsonRPCNotification,
+    JsonRPCRequestMessage,
+    JsonRPCResponseMessage,
+    LanguageServerProtocol,
+    lsp_method,
+)
 from pygls.uris import to_fs_path
 
 from completer import config
@@ -38,25 +45,20 @@ from .service import Edit, Service
 log = logging.getLogger("completer.lsp")
 HEADER = re.compile(rb"Content-Length:\s*(\d+)", re.IGNORECASE)
 MAX_BODY = 64 * 2**20      # bytes of one message (a 16 Mi-char document fits); larger: -32600, skipped
-MAX_DEPTH = 64             # JSON nesting; LSP messages need < 20, json's parser recurses on each level
+MAX_DEPTH = 64             # JSON nesting; LSP messages need < 20, and handlers may walk what they get
 MAX_LINE = 64 * 2**10      # bytes of one header line; a longer line is garbage between frames
-_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
 
 
-def nesting(body: bytes) -> int:
-    """An upper bound of the JSON nesting depth of `body`, at C speed: escapes and strings go,
-    then only brackets stay and innermost pairs are removed one level per pass."""
-    if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
-        return 0
-    unescaped = body.replace(b"\\\\", b"").replace(b'\\"', b"")
-    s = b"".join(unescaped.split(b'"')[::2]).translate(None, _NOT_BRACKETS)  # outside strings
-    depth = 0
-    while s and depth <= MAX_DEPTH:
-        inner = s.replace(b"[]", b"").replace(b"{}", b"")
-        if len(inner) == len(s):
-            break  # unbalanced: each opener left may still be one more level
-        s, depth = inner, depth + 1
-    return depth + s.count(b"[") + s.count(b"{")
+def too_deep(data: Any) -> bool:
+    """Containers nested more than MAX_DEPTH deep (json.loads itself stops near 1000 levels)."""
+    stack = [(data, 1)] if isinstance(data, (dict, list)) else []
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return True
+        stack.extend((c, depth + 1) for c in (node.values() if isinstance(node, dict) else node)
+                     if isinstance(c, (dict, list)))
+    return False
 
 
 def _user_handler(method: str):
@@ -93,21 +95,27 @@ class Protocol(LanguageServerProtocol):
             return None
         msg_id, has_id = _request_id(data), "id" in data
         if "method" in data:
-            if data.get("jsonrpc") != "2.0" or not isinstance(data["method"], str) or (has_id and msg_id is None):
+            method = data["method"]
+            if data.get("jsonrpc") != "2.0" or not isinstance(method, str) or (has_id and msg_id is None):
                 if has_id:
                     self.reply_error(msg_id, JsonRpcInvalidRequest(
                         'a request needs "jsonrpc": "2.0", a string method and an integer or string id'))
                 return None
-            try:  # params are optional in JSON-RPC; pygls needs the key
-                return self.structure_message({**data, "params": data.get("params")})
-            except JsonRpcException:  # params of the wrong shape for a known method
+            kind = self.get_message_type(method) or (JsonRPCRequestMessage if has_id else JsonRPCNotification)
+            message = {"jsonrpc": "2.0", "method": method, "params": data.get("params")}  # params are optional
+            try:
+                return self._converter.structure({**message, "id": msg_id} if has_id else message, kind)
+            except Exception:  # params of the wrong shape for the method
                 if has_id:
-                    self.reply_error(msg_id, JsonRpcInvalidParams(f"invalid params for {data['method']}"))
+                    self.reply_error(msg_id, JsonRpcInvalidParams(f"invalid params for {method}"))
                 return None
         if data.get("jsonrpc") == "2.0" and msg_id is not None and ("result" in data or "error" in data):
+            kind = ResponseErrorMessage if "error" in data else (
+                self._result_types.pop(msg_id, None) or JsonRPCResponseMessage)
+            key = "error" if "error" in data else "result"
             try:  # the client's answer to one of our requests
-                return self.structure_message(data)
-            except JsonRpcException:
+                return self._converter.structure({"jsonrpc": "2.0", "id": msg_id, key: data[key]}, kind)
+            except Exception:
                 log.warning("malformed response from the client: %.200r", data)
                 return None
         self.reply_error(msg_id, JsonRpcInvalidRequest("neither a request, a notification nor a response"))
@@ -126,6 +134,8 @@ class Protocol(LanguageServerProtocol):
             if is_request:  # the spec: error -32002 for requests, drop notifications
                 self.reply_error(message.id, JsonRpcServerNotInitialized())
             return
+        if method == t.CANCEL_REQUEST and not isinstance(getattr(message.params, "id", None), (int, str)):
+            return  # pygls would look the id up in a dict
         if self._shutdown and is_request and method != t.EXIT:
             self.reply_error(message.id, JsonRpcInvalidRequest("the server is shutting down"))
             return
@@ -294,13 +304,16 @@ def dispatch(ls: CompleterServer, body: bytes) -> None:
     if len(body) > MAX_BODY:
         proto.reply_error(None, JsonRpcInvalidRequest(f"a message of {len(body)} bytes is over the limit of {MAX_BODY}"))
         return
-    if (depth := nesting(body)) > MAX_DEPTH:
-        proto.reply_error(None, JsonRpcParseError(f"JSON nested {depth} deep is over the limit of {MAX_DEPTH}"))
-        return
     try:
         data = json.loads(body)
-    except (ValueError, RecursionError) as e:  # bad JSON or bad UTF-8
+        deep = body.count(b"[") + body.count(b"{") > MAX_DEPTH and too_deep(data)
+    except RecursionError:  # json.loads gives up near 1000 levels
+        deep = True
+    except ValueError as e:  # bad JSON or bad UTF-8
         proto.reply_error(None, JsonRpcParseError(f"not JSON: {str(e)[:200]}"))
+        return
+    if deep:
+        proto.reply_error(None, JsonRpcParseError(f"JSON nested deeper than {MAX_DEPTH} levels"))
         return
     try:
         message = proto.structure(data)
@@ -310,13 +323,46 @@ def dispatch(ls: CompleterServer, body: bytes) -> None:
         log.exception("message handling failed")
 
 
-async def read_frames(ls: CompleterServer, readline, readexactly) -> None:
+class ByteStream:
+    """Lines and exact reads over `read(max_bytes)` (b"" at EOF): the framing's view of stdin
+    and of a TCP connection alike. A line longer than MAX_LINE comes back in pieces."""
+
+    def __init__(self, read):
+        self.read, self.buf, self.eof = read, bytearray(), False
+
+    async def _more(self, n: int) -> bool:
+        chunk = b"" if self.eof else await self.read(max(n, 2**16))
+        self.eof = not chunk
+        self.buf += chunk
+        return bool(chunk)
+
+    async def readline(self) -> bytes:
+        seen = 0
+        while (i := self.buf.find(b"\n", seen)) < 0 and len(self.buf) < MAX_LINE:
+            seen = len(self.buf)
+            if not await self._more(MAX_LINE - seen):
+                break
+        end = i + 1 if 0 <= i < MAX_LINE else min(len(self.buf), MAX_LINE)
+        line = bytes(self.buf[:end])
+        del self.buf[:end]
+        return line
+
+    async def readexactly(self, n: int) -> bytes:
+        """n bytes, or fewer at EOF."""
+        while len(self.buf) < n and await self._more(n - len(self.buf)):
+            pass
+        body = bytes(self.buf[:n])
+        del self.buf[:n]
+        return body
+
+
+async def read_frames(ls: CompleterServer, stream: ByteStream) -> None:
     """`Content-Length` framing that resynchronises: a header is found anywhere in a line (a short
     body leaves its tail glued before the next header), a length over MAX_BODY is answered and
     skipped instead of buffered, and anything else between frames is skipped. Returns at EOF."""
     length = None
     while True:
-        line = await readline()
+        line = await stream.readline()
         if not line:
             return
         m = HEADER.search(line)
@@ -330,7 +376,7 @@ async def read_frames(ls: CompleterServer, readline, readexactly) -> None:
             ls.protocol.reply_error(None, JsonRpcInvalidRequest(
                 f"Content-Length {n} is over the limit of {MAX_BODY}: frame skipped"))
             continue
-        body = await readexactly(n)
+        body = await stream.readexactly(n)
         if len(body) < n:
             return
         dispatch(ls, body)
@@ -342,8 +388,7 @@ def serve_stdio(ls: CompleterServer, stdin, stdout) -> None:
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
-        await read_frames(ls, lambda: loop.run_in_executor(pool, stdin.readline, MAX_LINE),
-                          lambda n: loop.run_in_executor(pool, stdin.read, n))
+        await read_frames(ls, ByteStream(lambda n: loop.run_in_executor(pool, stdin.read1, n)))
     try:
         asyncio.run(run())
     finally:
@@ -404,19 +449,7 @@ async def serve_tcp(ls: CompleterServer, host: str, port: int) -> None:
     async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         async def serve() -> None:
             ls.protocol.set_writer(_StreamWriter(writer))
-
-            async def readline() -> bytes:
-                try:
-                    return await reader.readline()
-                except ValueError:  # longer than MAX_LINE: dropped by the reader
-                    return b"<a line longer than MAX_LINE>"
-
-            async def readexactly(n: int) -> bytes:
-                try:
-                    return await reader.readexactly(n)
-                except asyncio.IncompleteReadError as e:
-                    return e.partial
-            await read_frames(ls, readline, readexactly)
+            await read_frames(ls, ByteStream(reader.read))
         try:
             await _session(ls, busy, serve)
         except ConnectionRefusedError:
@@ -426,7 +459,7 @@ async def serve_tcp(ls: CompleterServer, host: str, port: int) -> None:
         finally:
             writer.close()
 
-    server = await asyncio.start_server(connection, host, port, limit=MAX_LINE)
+    server = await asyncio.start_server(connection, host, port)
     print(f"completer-lsp: listening on tcp://{host}:{server.sockets[0].getsockname()[1]}", file=sys.stderr, flush=True)
     async with server:
         await server.serve_forever()
@@ -468,6 +501,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=a.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if logging.getLogger().level > logging.DEBUG:  # pygls logs a traceback per malformed message;
+        logging.getLogger("pygls").setLevel(logging.CRITICAL)  # report_server_error says it in a line
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     protocol_out = sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print() from a library must not corrupt the protocol

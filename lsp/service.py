@@ -115,14 +115,12 @@ class Service:
     def _load(old: EngineClient | None, config: dict, progress: Progress) -> tuple[EngineClient | None, str]:
         if old is not None:
             old.close()
-        try:
-            engine = make_engine(**config)  # reads (and quantizes) the weights, or connects
-            progress(70, "warm start")
-            engine.warm_start()             # first-request costs, step costs
+        try:  # an in-process engine reports its stages (weights read and quantized, warm start)
+            engine = make_engine(**config, progress=progress)
+            engine.warm_start()  # first-request costs and step costs, or the remote's hello
         except Exception as e:  # a bad model dir, a missing remote module, out of memory...
             log.exception("engine failed to load")
             return None, f"failed: {type(e).__name__}: {e}"
-        progress(100, "ready")
         return engine, "ready"
 
     def _fault(self, e: BaseException) -> None:
