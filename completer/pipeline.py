@@ -78,6 +78,8 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
     t2 = time.perf_counter()
     raw = comp.text
     cut = stop(raw)  # generation may have ended by EOS or length before the stop fired
+    if stop.reason == "degenerate":  # also when only the final text showed it (EOS or length came first)
+        comp.stop_reason = "degenerate"
     post = postprocess(snap, offset, raw if cut is None else raw[:cut], decision.mode,
                        options.syntax.parse_check)
     t3 = time.perf_counter()
