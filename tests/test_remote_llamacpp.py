@@ -217,8 +217,11 @@ def test_killed_mid_stream_then_back():
             c.complete(PREFIX, SUFFIX, doc_key="k.py", max_new=2)
         assert err.value.code == "unavailable" and "refused" in err.value.message
         assert c.stats()["retries"] >= 1
-        s.start()  # the same port: the same client recovers without a restart
-        assert c.complete(PREFIX, SUFFIX, doc_key="k.py", max_new=2).new_tokens == 2
+        s.argv[s.argv.index("-np") + 1] = "2"  # back on the same port, with fewer slots
+        s.start()
+        for i in range(3):  # the same client recovers without a restart, and maps documents to 2 slots
+            assert c.complete(PREFIX, SUFFIX, doc_key=f"k{i}.py", max_new=2).new_tokens == 2
+        assert c.n_slots == 2 and sorted(c.slots.values()) == [0, 1]
     finally:
         s.kill()
 

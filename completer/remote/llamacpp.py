@@ -44,16 +44,23 @@ class LlamaCpp:
         t0 = time.perf_counter()
         props = self.http.json("GET", "/props")
         try:
-            self.ctx = int(props["default_generation_settings"]["n_ctx"])
-            self.n_slots = int(props.get("total_slots") or 1)
+            ctx = int(props["default_generation_settings"]["n_ctx"])
+            n_slots = int(props.get("total_slots") or 1)
             self.model = str(props.get("model_alias") or props.get("model_path") or "")
         except (KeyError, TypeError, ValueError, AttributeError):
             raise EngineError(code="internal", message=f"llama-server at {self.http.base}: /props has no "
                                                        "default_generation_settings.n_ctx (not a llama-server?)") from None
+        with self._lock:
+            if n_slots != self.n_slots:  # restarted with another -np: map documents afresh
+                self.slots.clear()
+            self.ctx, self.n_slots = ctx, n_slots
+        self.http.broken = False
         return (time.perf_counter() - t0) * 1e3
 
     def _ready(self) -> None:
-        if not self.ctx:
+        """Read the server's setup before the first request, and again after a connection
+        failed (it may have been restarted with another context size or slot count)."""
+        if not self.ctx or self.http.broken:
             self.warm_start()
 
     def _slot(self, doc_key: str) -> int:

@@ -38,6 +38,7 @@ class Http:
         self.timeout = timeout_ms / 1e3
         self.retries = retries
         self._api_key = api_key
+        self.broken = False  # a connection failed since the client last read the server's setup
         self.counters = {"requests": 0, "errors": 0, "retries": 0, "cancelled_streams": 0}
 
     def _connect(self) -> http.client.HTTPConnection:
@@ -144,6 +145,7 @@ class Http:
             if cancel is not None and cancel.is_set():
                 return
             self.counters["errors"] += 1
+            self.broken = True
             raise EngineError(code="unavailable", message=f"{self.name} at {self.base} closed the stream "
                                                            "before the completion finished")
         except (OSError, http.client.HTTPException) as e:
@@ -188,6 +190,7 @@ class Http:
 
     # -- faults → EngineError ----------------------------------------------------------------
     def _down(self, e: BaseException) -> EngineError:
+        self.broken = True
         if isinstance(e, TimeoutError | socket.timeout):
             why = f"no answer within {self.timeout * 1e3:.0f} ms (engine_timeout_ms)"
         elif isinstance(e, ConnectionRefusedError):
@@ -199,6 +202,7 @@ class Http:
         return EngineError(code="unavailable", message=f"cannot reach {self.name} at {self.base} ({why})")
 
     def _cut(self, e: BaseException) -> EngineError:
+        self.broken = True
         if isinstance(e, TimeoutError | socket.timeout):
             return EngineError(code="unavailable", message=f"{self.name} at {self.base} stopped answering "
                                                            f"for {self.timeout * 1e3:.0f} ms (engine_timeout_ms)")
