@@ -96,7 +96,9 @@ async def test_streams_a_completion(server):
         # the same document again: its KV cache is kept (no prefill beyond the last token)
         _, again = await run(ws, {**frame, "id": "two", "prefix": frame["prefix"] + "a", "stream": False,
                                   "language": "python"})
-        assert again["stats"].get("prefill_tokens", 0) <= 3 or again["stats"].get("type_through")
+        st = again["stats"]  # through the syntax layer (language given): its decisions come along, flat
+        assert st["gate"] and st["node_kind"] == "return_statement" and st["language"] == "python"
+        assert st["type_through"] or st["prefill_tokens"] <= 3
 
 
 async def test_cancel_and_supersede(server):
