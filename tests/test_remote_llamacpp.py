@@ -232,3 +232,17 @@ def test_bad_urls_are_clear_errors():
         with pytest.raises(EngineError) as err:
             connect(url)
         assert err.value.code == "bad_request" and "URL" in err.value.message
+
+
+def test_other_files_go_in_as_input_extra():
+    binary, gguf = llama_paths()
+    # the server gives extra chunks the context left beside one batch: a small batch leaves room
+    s = LlamaServer(binary, gguf, "-b", "128", "-ub", "128").start()
+    try:
+        c = LlamaCpp(s.url)
+        plain = c.complete("x = ", "\n", doc_key="e.py", max_new=1)
+        extra = "def helper():\n    return 42\n"
+        with_extra = c.complete("x = ", "\n", doc_key="e.py", max_new=1, extra_files=[("util.py", extra)])
+        assert with_extra.prompt_tokens >= plain.prompt_tokens + c.count_tokens(extra)
+    finally:
+        s.kill()
