@@ -56,28 +56,35 @@ CASES = {
     "starcoder2": (Starcoder2Config, Starcoder2ForCausalLM, dict(sliding_window=16)),
     "gemma": (GemmaConfig, GemmaForCausalLM, dict(head_dim=16)),
 }
+EMBED_STD = {False: 0.1, True: 0.4}  # tied: the embedding is the LM head, whose scale spreads the logits
 FAMILY_CASES = ["llama-linear", "mistral", "qwen2", "qwen3", "starcoder2", "gemma"]  # one per family
 
 
 def family_model(case: str, hidden: int = 64, layers: int = 2, vocab: int = V, seed: int = 0, head: float = 8.0,
-                 **over):
+                 std: float = 0.1, **over):
     """A random-weight float32 model of `case` (GQA: 4 query heads over 2 KV heads). Every
     weight is drawn, biases and norms included, so each feature moves the logits; the LM head
     (or the tied embedding) is scaled by `head` (up: greedy decoding is not decided by
-    near-ties)."""
+    near-ties); layer matrices are N(0, std)."""
     C, M, kw = CASES[case]
     cfg = C(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
             bos_token_id=0, eos_token_id=0, pad_token_id=0, **{**kw, **over})
     torch.manual_seed(seed)
     m = M(cfg).eval()
+    tied = m.get_output_embeddings().weight is m.get_input_embeddings().weight
     with torch.no_grad():
         for name, p in m.named_parameters():
-            if p.dim() > 1:
-                p.normal_(0, 0.1 if "embed" not in name and "lm_head" not in name else 1.0)
+            if "embed" in name:  # small beside the layers' output, or decoding is a bigram walk
+                p.normal_(0, EMBED_STD[tied] / (hidden ** 0.5 if cfg.model_type == "gemma" else 1))  # Gemma: ×√d
+            elif p.dim() > 1:
+                p.normal_(0, std if "lm_head" not in name else 1.0)
+            elif name == "model.norm.weight":  # random signs: a tied head does not echo the input
+                p.normal_(-1.0 if cfg.model_type == "gemma" else 0.0, 1.0)  # Gemma scales by 1 + w
             else:
                 p.add_(torch.randn_like(p) * 0.2)
-        m.get_output_embeddings().weight.mul_(head / hidden ** 0.5)
+        if not tied:
+            m.get_output_embeddings().weight.mul_(head / hidden ** 0.5)
     return m
 
 
@@ -185,7 +192,7 @@ def family_dirs(tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("families")
     out = {}
     for case in FAMILY_CASES:
-        family_model(case, seed=3).to(torch.bfloat16).save_pretrained(root / case)
+        family_model(case, seed=3, std=0.05).to(torch.bfloat16).save_pretrained(root / case)  # int4: small errors
         out[case] = str(root / case)
     return out
 
@@ -214,6 +221,29 @@ def test_every_quant_mode_loads_and_generates(family_dirs, case):
         assert isinstance(r, HFRunner)
         gen, _ = generate(r, ids[:10], 6, Sampling(), NgramDrafter(), AdaptiveK(3))
         assert len(gen) == 6 and all(0 <= t < V for t in gen)
+
+
+@pytest.mark.parametrize("case, fim", [("qwen2", "qwen"), ("starcoder2", "starcoder"), ("gemma", "codegemma")])
+def test_engine_serves_a_family_checkpoint(tmp_path, case, fim):
+    """A bf16 checkpoint directory with its tokenizer, through the engine with its defaults
+    (--quant auto: fp16 storage): the FIM format is the family's, and the completion is HF's
+    greedy continuation of the engine's own FIM prompt."""
+    from transformers import AutoModelForCausalLM
+
+    from completer.config import EngineConfig
+    from completer.engine.engine import Engine
+
+    tok = bpe(FAMILY_TOKENS[fim])
+    family_model(case, vocab=tok.get_vocab_size(), seed=5).to(torch.bfloat16).save_pretrained(tmp_path)
+    tok.save(str(tmp_path / "tokenizer.json"))
+    eng = Engine(EngineConfig(target=str(tmp_path), drafter="ngram", max_new_tokens=10))
+    assert (eng.fim.name, eng.fim.layout) == (fim, "psm")
+    assert isinstance(eng.pair.target, LlamaWeights) and isinstance(eng.pair.target.layers[0][1], Fp16Weight)
+    prompt = eng.fim_prompt("def f(x):\n    return", "\n\nprint(f(2))\n")
+    ids, st = eng.complete_ids(prompt, max_new=10)
+    hf = AutoModelForCausalLM.from_pretrained(str(tmp_path), dtype=torch.float32).eval()
+    ref = hf_greedy(hf, prompt, 10)
+    assert ids == ref[:len(ids)] and (len(ids) == 10 or ref[len(ids)] in eng.fim.eos), (ids, ref)
 
 
 def test_rope_frequencies_are_hfs():
