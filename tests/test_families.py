@@ -121,6 +121,25 @@ def test_lean_and_hf_runners_match_hf_forward(case):
         assert torch.allclose(got, ref, atol=2e-4 * float(ref.abs().max())), (case, type(r).__name__)
 
 
+@pytest.mark.parametrize("case", ["mistral", "qwen3", "starcoder2", "gemma", "llama-yarn"])
+def test_batched_step_matches_single_steps(case):
+    """forward_many over several sequences at different depths (the batcher's step) gives each
+    the logits of its own forward: per-sequence windows, RoPE positions and q/k norms."""
+    from completer.engine.runner import forward_many
+
+    w = LlamaWeights.from_hf(family_model(case))
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(0, V, (n,), generator=g).tolist() for n in (30, 7, 19)]
+    feeds = [[5], [6, 7, 8], [9, 10]]
+    alone, batched = [LlamaRunner(w) for _ in prompts], [LlamaRunner(w) for _ in prompts]
+    for a, b, p in zip(alone, batched, prompts):
+        a.forward(p)
+        b.forward(p)
+    want = [a.forward(f) for a, f in zip(alone, feeds)]
+    for x, y in zip(want, forward_many(batched, feeds)):
+        assert torch.allclose(x, y, atol=1e-4 * float(x.abs().max()))
+
+
 def test_the_sliding_window_is_applied():
     """60 tokens over a window of 16: the same weights with full attention give other logits,
     and both runners follow the window (not only HF's own forward)."""
