@@ -199,7 +199,7 @@ class Service:
         """Origin rules for every path; CORS preflight; helpful 404/405."""
         api = request.path.startswith("/v1/")
         if not origin_allowed(request.headers.get("Origin"), self.cfg.allow_origins):
-            msg = "origin not allowed (see --allow-origin)"
+            msg = "origin not allowed (see --allow-origins)"
             return openai.error(403, msg, "origin_not_allowed") if api else web.Response(status=403, text=msg + "\n")
         if request.method == "OPTIONS" and api:  # a browser's CORS preflight (carries no token)
             return web.Response(status=204, headers={"Access-Control-Allow-Methods": "GET, POST, OPTIONS",
