@@ -3,10 +3,13 @@ with dynamic batching on and off.
 
 Each editor has its own WebSocket connection and its own held-out file; it types a few
 characters, requests a completion, waits for `done`, thinks briefly, and repeats (a closed
-loop). The server runs as a subprocess (`python -m completer.cli serve`) with `--max-batch 16`
-(batching on) or `--max-batch 1` (off: one generation at a time).
+loop). The server runs as a subprocess (`python -m completer.cli serve`) in three setups:
+`on` (`--max-batch 16`, the batched step's verify-token budget `--batch-step-tokens`),
+`on-nocap` (`--max-batch 16 --batch-step-tokens 0`: every member drafts its adaptive length) and
+`off` (`--max-batch 1`: one generation at a time). An `overloaded` error with a retry hint is
+retried after it (counted); any other error is counted and reported.
 
-    python bench/concurrency.py [--target DIR --draft DIR] [--editors 1 4 16] [--requests 6]
+    python bench/concurrency.py [--target DIR --draft DIR] [--editors 1 4 16 32] [--requests 6]
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import random
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -29,9 +33,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 from keystrokes import OUT, pct, pick_sites
 
 
-def start_server(a, max_batch: int) -> tuple[subprocess.Popen, str]:
+SETUPS = (("on", 16, None), ("on-nocap", 16, 0), ("off", 1, 0))  # (name, --max-batch, --batch-step-tokens)
+
+
+def start_server(a, max_batch: int, step_tokens: int | None) -> tuple[subprocess.Popen, str]:
     argv = [sys.executable, "-m", "completer.cli", "serve", "--port", "0", "--max-batch", str(max_batch),
-            "--batch-wait-ms", str(a.batch_wait_ms), "--max-new-tokens", str(a.max_new)]
+            "--batch-wait-ms", str(a.batch_wait_ms), "--max-new-tokens", str(a.max_new), "--batch-step-tokens",
+            str(a.step_tokens if step_tokens is None else step_tokens)]
     if a.target:
         argv += ["--target", a.target, "--draft", a.draft]
     env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "TOKENIZERS_PARALLELISM": "false"}
@@ -44,10 +52,11 @@ def start_server(a, max_batch: int) -> tuple[subprocess.Popen, str]:
             break
     if port is None or p.poll() is not None:
         raise SystemExit("the server did not start")
+    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()  # keep the pipe drained
     return p, f"ws://127.0.0.1:{port}/ws"
 
 
-async def editor(url: str, site, n: int, seed: int, rows: list) -> None:
+async def editor(url: str, site, n: int, seed: int, rows: list, errors: dict) -> None:
     from websockets.asyncio.client import connect
 
     path, head, region, tail = site
@@ -61,8 +70,15 @@ async def editor(url: str, site, n: int, seed: int, rows: list) -> None:
             t0 = time.perf_counter()
             await ws.send(msgpack.packb(frame))
             while (r := msgpack.unpackb(await ws.recv()))["type"] != "done":
-                if r["type"] == "error":
-                    raise RuntimeError(r)
+                if r["type"] != "error":
+                    continue
+                errors[r.get("code")] = errors.get(r.get("code"), 0) + 1
+                if r.get("code") != "overloaded" or r.get("retry_after_ms") is None:
+                    break  # counted; the editor goes on typing
+                await asyncio.sleep(r["retry_after_ms"] / 1e3)  # as a client should: the hint, then again
+                await ws.send(msgpack.packb(frame))
+            if r["type"] != "done":
+                continue
             st = r["stats"]
             rows.append({"latency_ms": (time.perf_counter() - t0) * 1e3, "new_tokens": st.get("new_tokens", 0),
                          "ttft_ms": st.get("ttft_ms", 0.0), "queue_ms": st.get("queue_ms", 0.0),
@@ -72,25 +88,27 @@ async def editor(url: str, site, n: int, seed: int, rows: list) -> None:
 
 async def load(url: str, sites, editors: int, n: int) -> dict:
     rows: list = []
+    errors: dict = {}
     t0 = time.perf_counter()
-    await asyncio.gather(*(editor(url, sites[i % len(sites)], n, i, rows) for i in range(editors)))
+    await asyncio.gather(*(editor(url, sites[i % len(sites)], n, i, rows, errors) for i in range(editors)))
     wall = time.perf_counter() - t0
     lat = [r["latency_ms"] for r in rows]
     return {"editors": editors, "requests": len(rows), "wall_s": round(wall, 2),
             "req_per_s": round(len(rows) / wall, 2),
             "tokens_per_s": round(sum(r["new_tokens"] for r in rows) / wall, 1),
             "p50_ms": round(pct(lat, .5), 1), "p90_ms": round(pct(lat, .9), 1), "p99_ms": round(pct(lat, .99), 1),
-            "queue_p50_ms": round(pct([r["queue_ms"] for r in rows], .5), 1)}
+            "queue_p50_ms": round(pct([r["queue_ms"] for r in rows], .5), 1), "errors": errors}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target")
     ap.add_argument("--draft")
-    ap.add_argument("--editors", type=int, nargs="+", default=[1, 4, 16])
+    ap.add_argument("--editors", type=int, nargs="+", default=[1, 4, 16, 32])
     ap.add_argument("--requests", type=int, default=6, help="completions per editor")
     ap.add_argument("--max-new", type=int, default=24)
     ap.add_argument("--batch-wait-ms", type=float, default=2.0)
+    ap.add_argument("--step-tokens", type=int, default=32, help="--batch-step-tokens of the `on` setup")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--head-tokens", type=int, default=600)
     ap.add_argument("--out", type=Path, default=OUT / "concurrency.json")
@@ -102,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     sites = pick_sites(lambda s: len(tok.encode(s, add_special_tokens=False).ids), max(a.editors), 200,
                        a.head_tokens, random.Random(0))
     results = []
-    for batching, max_batch in (("on", 16), ("off", 1)):
-        p, url = start_server(a, max_batch)
+    for batching, max_batch, step_tokens in SETUPS:
+        p, url = start_server(a, max_batch, step_tokens)
         try:
             for e in a.editors:
                 r = asyncio.run(load(url, sites, e, a.requests))
@@ -113,10 +131,11 @@ def main(argv: list[str] | None = None) -> int:
             p.terminate()
             p.wait(timeout=30)
     print(f"{'batching':8s} {'editors':>7s} {'reqs':>5s} {'req/s':>6s} {'tok/s':>7s} "
-          f"{'p50 ms':>7s} {'p90 ms':>7s} {'p99 ms':>7s} {'queue p50':>9s}")
-    for r in results:
+          f"{'p50 ms':>7s} {'p90 ms':>7s} {'p99 ms':>7s} {'queue p50':>9s}  errors")
+    for r in sorted(results, key=lambda r: (r["editors"], r["batching"])):
         print(f"{r['batching']:8s} {r['editors']:7d} {r['requests']:5d} {r['req_per_s']:6.2f} "
-              f"{r['tokens_per_s']:7.1f} {r['p50_ms']:7.1f} {r['p90_ms']:7.1f} {r['p99_ms']:7.1f} {r['queue_p50_ms']:9.1f}")
+              f"{r['tokens_per_s']:7.1f} {r['p50_ms']:7.1f} {r['p90_ms']:7.1f} {r['p99_ms']:7.1f} {r['queue_p50_ms']:9.1f}"
+              f"  {r['errors'] or '-'}")
     OUT.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(a).items()}, "results": results}, indent=1))
     print(f"wrote {a.out}")

@@ -4,9 +4,13 @@ lines, the line before the cursor echoed back. Pure text functions (no torch), c
 on every decode step inside the syntax stop (`syntax/stop.py`), so the engine stops paying for
 tokens as soon as the output turns and post-processing never shows it.
 
-Thresholds were tuned on held-out code (bench/holes.py) so that real code does not trigger
-(`'-' * 40`, `# -----`, `))))`, `0, 0, 0, 0`, `b'\\x00\\x00\\x00\\x00'`, `'%s %s %s'`,
-`self.a = a` / `self.b = b`): see the tables in tests/test_degenerate.py.
+Thresholds are set so that real code does not trigger (`'-' * 40`, `# -----`, `))))`,
+`0, 0, 0, 0`, `b'\\x00\\x00\\x00\\x00'`, `'%s %s %s'`, `(m, m, m, m, m, m, m)`, `self.a = a` /
+`self.b = b`; the tables in tests/test_degenerate.py). Measured by taking real code after every
+line start and mid-line as a 240-char "completion": 1.2 % of positions flag on the held-out
+stdlib (email/, json/, asyncio/ with their tests, mostly literal test data: rows repeated,
+`xxxx xxxx`), 0.3 % on a sample of the training split; the pair's junk on held-out holes
+(bench/holes.py) goes from 10.5 % of shown completions to 0.
 """
 from __future__ import annotations
 
