@@ -319,7 +319,7 @@ class Service:
                 "kv_cached_documents": engine_stats.get("kv_cached_documents", engine_stats.get("slots")),
                 "acceptance_rate": round(c["accepted"] / judged, 4) if judged else None,
                 "accepted_char_rate": round(c["accepted_chars"] / c["shown_chars"], 4) if c["shown_chars"] else None,
-                "gate_reasons": dict(self.gates),
+                "gate_reasons": dict(self.gates), "engine_stats": engine_stats,
                 "latency_ms": {"p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99),
                                "mean": round(statistics.fmean(lat), 3) if lat else None}}
 

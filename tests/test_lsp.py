@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import random
+import re
+import socket
+import subprocess
 import sys
+import threading
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -138,6 +145,10 @@ async def test_bad_input_and_options(client: LanguageClient, tiny_pair):
     got = await client.text_document_inline_completion_async(_inline(2**20, 0, "file:///big.py"))
     assert isinstance(got, t.InlineCompletionList)
 
+    _open(client, "x" * (16 * 2**20 + 1), "file:///huge.py")  # over the document limit: not kept, said
+    assert await client.protocol.send_request_async("completer/documentInfo", {"uri": "file:///huge.py"}) is None
+    assert any("file:///huge.py has 16777217 characters" in m.message for m in client.messages)
+
     _open(client, "abc\x00\x01\x02def\n", "file:///blob.bin", "binary")
     got = await client.text_document_inline_completion_async(_inline(0, 3, "file:///blob.bin"))
     assert not got.items
@@ -228,3 +239,131 @@ async def test_default_pair_completes(client: LanguageClient):
     _open(client, (ROOT / "examples" / "stack.py").read_text())
     got = await client.text_document_inline_completion_async(_inline(7, 19))
     assert got.items and got.items[0].insert_text.strip()
+
+
+def _stack_source() -> str:
+    return (ROOT / "examples" / "stack.py").read_text()
+
+
+async def _stats(client: LanguageClient):
+    return await client.protocol.send_request_async("completer/stats", {})
+
+
+@pytest.mark.asyncio
+@pytest.mark.skipif(not (DEFAULT / "target" / "config.json").exists(),
+                    reason="the embedded default pair (draft_models/default/target) is not built yet")
+async def test_request_before_the_engine_is_ready_waits_for_it(client: LanguageClient):
+    await client.initialize_session(t.InitializeParams(
+        capabilities=client_capabilities("visual-studio-code"),
+        initialization_options={"max_new_tokens": 24, "debounce_ms": 0, "device": "cpu"}))
+    _open(client, _stack_source())  # at once: the models are still loading
+    got = await client.text_document_inline_completion_async(_inline(7, 19))
+    assert got.items and got.items[0].insert_text.strip()
+    stats = await _stats(client)
+    assert stats.waited_for_engine == 1 and stats.loads == 1 and stats.engine == "ready"
+    # $/progress: begin at 0 %, reports with rising percentages up to 100 %, end
+    (reports,) = [r for tok, r in client.progress_reports.items() if str(tok).startswith("completer/load-models")]
+    assert isinstance(reports[0], t.WorkDoneProgressBegin) and reports[0].percentage == 0
+    assert isinstance(reports[-1], t.WorkDoneProgressEnd) and reports[-1].message == "ready"
+    percent = [r.percentage for r in reports[1:-1]]
+    assert percent and percent == sorted(percent) and percent[-1] == 100
+
+
+@pytest.mark.asyncio
+async def test_enable_and_configuration_changes(client: LanguageClient, tiny_pair):
+    await _start(client, _tiny_options(tiny_pair, enable=False, warmup=False))
+    _open(client)
+    for _ in range(3):
+        assert not (await client.text_document_inline_completion_async(_inline(9, 0))).items
+    stats = await _stats(client)
+    assert (stats.requests, stats.disabled, stats.loads) == (3, 3, 1)
+    assert not stats.gate_reasons and stats.engine_stats.requests == 0  # the engine was never asked
+
+    # an LSP-only option: applied at once, no reload
+    client.workspace_did_change_configuration(t.DidChangeConfigurationParams(
+        settings={"completer": {"enable": True, "max_lines": 4}}))
+    got = await client.text_document_inline_completion_async(_inline(9, 0))
+    assert isinstance(got, t.InlineCompletionList)
+    stats = await _stats(client)
+    assert (stats.requests, stats.disabled, stats.loads) == (4, 3, 1)
+    assert sum(stats.gate_reasons._asdict().values()) == 1  # the engine path ran
+
+    # flat settings with an invalid value: one warning naming it, the rest applied
+    client.workspace_did_change_configuration(t.DidChangeConfigurationParams(
+        settings={"debounce_ms": "soon", "enable": False}))
+    assert not (await client.text_document_inline_completion_async(_inline(9, 0))).items
+    stats = await _stats(client)
+    assert (stats.disabled, stats.loads) == (4, 1)
+    assert any("debounce_ms" in m.message and m.type == t.MessageType.Warning for m in client.messages)
+
+    # an option that needs new models: reloaded in the background, said once, requests wait
+    client.workspace_did_change_configuration(t.DidChangeConfigurationParams(
+        settings={"completer": {"enable": True, "drafter": "ngram"}}))
+    got = await client.text_document_inline_completion_async(_inline(9, 0))
+    assert isinstance(got, t.InlineCompletionList)
+    stats = await _stats(client)
+    assert stats.loads == 2 and stats.engine == "ready" and stats.engine_stats.config.drafter == "ngram"
+    assert [m.message for m in client.messages if "reloading" in m.message] == [
+        "completer: reloading the engine for the new drafter"]
+
+
+def _serve(port: int = 0) -> tuple[subprocess.Popen, int]:
+    """A real `completer serve` (the embedded pair) and its port, once it is ready."""
+    proc = subprocess.Popen([sys.executable, "-m", "completer.cli", "serve", "--port", str(port), "--device", "cpu"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    line = proc.stdout.readline().decode()
+    port = int(re.search(r":(\d+)/ws", line).group(1))
+    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    for _ in range(600):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                if r.status == 200:
+                    return proc, port
+        except OSError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise AssertionError(f"completer serve did not get ready: {line}")
+
+
+@pytest.mark.asyncio
+@pytest.mark.skipif(not (DEFAULT / "target" / "config.json").exists(),
+                    reason="the embedded default pair (draft_models/default/target) is not built yet")
+async def test_engine_error_is_shown_once(client: LanguageClient):
+    engine, port = _serve()
+    try:
+        await _start(client, {"engine": f"ws://127.0.0.1:{port}", "engine_retries": 0, "debounce_ms": 0,
+                              "max_new_tokens": 24})
+        _open(client, _stack_source())
+        assert (await client.text_document_inline_completion_async(_inline(7, 19))).items
+        engine.kill()  # the engine goes away: each request fails with EngineError("unavailable")
+        engine.wait()
+        for _ in range(3):
+            assert not (await client.text_document_inline_completion_async(_inline(7, 19))).items
+        stats = await _stats(client)
+        assert stats.engine_errors == 3 and stats.engine_error.startswith("unavailable: ")
+        shown = [m for m in client.messages if "unavailable" in m.message]
+        assert len(shown) == 1 and shown[0].type == t.MessageType.Warning
+        engine, _ = _serve(port)  # back: the next request reconnects, the state clears
+        assert (await client.text_document_inline_completion_async(_inline(7, 19))).items
+        stats = await _stats(client)
+        assert stats.engine_error is None and stats.engine == "ready"
+        assert [m.message for m in client.messages if m.type == t.MessageType.Info] == ["completer: engine back"]
+    finally:
+        engine.kill()
+
+
+@pytest.mark.asyncio
+async def test_failed_load_is_said_once_and_completions_stay_off(client: LanguageClient):
+    with socket.socket() as s:  # a port where nothing listens
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    await _start(client, {"engine": f"ws://127.0.0.1:{port}", "engine_retries": 0, "debounce_ms": 0})
+    _open(client)
+    for _ in range(2):
+        assert not (await client.text_document_inline_completion_async(_inline(9, 0))).items
+    stats = await _stats(client)
+    assert stats.engine.startswith("failed: ") and stats.engine_failed == 2
+    errors = [m.message for m in client.messages if m.type == t.MessageType.Error]
+    assert len(errors) == 1 and "completions are off" in errors[0]
