@@ -298,7 +298,10 @@ def test_config_spellings_and_refusals():
     assert (sc.norm, sc.act, sc.mlp_bias, sc.tied_embeddings, sc.norm_eps) == ("layer", "gelu_mlp", True, True, 1e-5)
     assert layout_of({"model_type": "mistral", "hidden_size": 64, "num_attention_heads": 4}).sliding_window == 4096
     bad = [{"model_type": "gpt2"}, {**old, "rope_scaling": {"type": "longrope", "factor": 2.0}},
+           {**old, "rope_scaling": {"type": "linear"}},
            {"model_type": "qwen2", "hidden_size": 64, "num_attention_heads": 4, "use_sliding_window": True},
+           {"model_type": "mistral", "hidden_size": 64, "num_attention_heads": 4,
+            "layer_types": ["sliding_attention", "full_attention"]},
            {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "hidden_act": "relu"}]
     for cfg in bad:
         with pytest.raises(Unsupported):

@@ -35,7 +35,7 @@ class Rope:
     """RoPE frequencies: θ and a scaling rule with its parameters (HF's `rope_parameters`)."""
     kind: str = "default"  # default | linear | dynamic | llama3 | yarn
     theta: float = 10000.0
-    factor: float = 1.0
+    factor: float | None = 1.0
     original_max: int | None = None  # llama3, yarn: the pretraining context
     low_freq_factor: float = 1.0     # llama3
     high_freq_factor: float = 4.0    # llama3
@@ -212,10 +212,10 @@ def rope_of(cfg: dict) -> Rope:
         if kind == "llama3":
             kw.update(low_freq_factor=p["low_freq_factor"], high_freq_factor=p["high_freq_factor"])
         kw.update({k: p[k] for k in ("beta_fast", "beta_slow") if p.get(k)})  # HF: falsy → default
-        factor = p.get("factor", None if kind == "yarn" else 1.0)
+        factor = p.get("factor")  # yarn: None means max_position_embeddings / original_max
         if kind in ("linear", "dynamic", "llama3") and factor is None:
             raise KeyError("factor")
-        return Rope(kind, float(theta), factor=factor, original_max=orig, **kw)
+        return Rope(kind, float(theta), factor=1.0 if kind == "default" else factor, original_max=orig, **kw)
     except KeyError as e:
         raise Unsupported(f"RoPE {kind} needs {e.args[0]}") from None
 
@@ -232,8 +232,10 @@ def layout_of(cfg: dict) -> Layout:
         raise Unsupported(f"{mt} with hidden_act {act!r} is not on the lean path")
     if cfg.get("use_sliding_window"):
         raise Unsupported(f"{mt} with per-layer sliding windows (use_sliding_window) is not on the lean path")
-    if any(t != "full_attention" for t in cfg.get("layer_types") or []) and fam.window is None:
-        raise Unsupported(f"{mt} with layer types {sorted(set(cfg['layer_types']))} is not on the lean path")
+    types = set(cfg.get("layer_types") or [])
+    if len(types) > 1 or types - {"full_attention", "sliding_attention"} or (
+            types == {"sliding_attention"} and fam.window is None):
+        raise Unsupported(f"{mt} with layer types {sorted(types)} is not on the lean path (one window for all layers)")
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or fam.head_dim or cfg["hidden_size"] // heads
     window = cfg.get(fam.window[0], fam.window[1]) if fam.window else None

@@ -403,7 +403,8 @@ class HFRunner(_Runner):
 
 
 def make_runner(model, max_len: int | None = None, lean: bool = True, draft: bool = False) -> _Runner:
-    """A runner for `model`: LlamaWeights → lean; an HF model → lean when plain Llama, else HF.
+    """A runner for `model`: LlamaWeights → lean; an HF model → lean when its config is in the
+    family table (families.py) and its linears are plain, else HF.
     On the CPU, a plain Llama layer with float32 / fp16 / int8 weights (target or draft) decodes
     through np_runner.py's step (NumPy glue, fbgemm/BLAS products: 1.5-2.5x cheaper steps)."""
     w = model if isinstance(model, LlamaWeights) else None
