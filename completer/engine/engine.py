@@ -158,7 +158,7 @@ class Engine:
         self.step_costs: tuple[float, list[float] | None] = (0.06, None)  # (c, verify costs) for
         # AdaptiveK: defaults until warm_start measures them on this machine
         self.counters = {"requests": 0, "cache_hits": 0, "tokens_reused": 0, "prefill_tokens": 0,
-                         "evictions": 0, "warmups": 0, "warmup_tokens": 0, "warmup_preempted": 0,
+                         "evictions": 0, "warmups": 0, "warmup_tokens": 0, "warmup_preempted": 0, "generated_tokens": 0,
                          "type_through": 0, "superseded": 0}
 
     def _count(self, **inc: int) -> None:
@@ -258,8 +258,8 @@ class Engine:
         if t.superseded.is_set():
             st.stop_reason = "superseded"
         reused = st.prompt_tokens - st.prefill_tokens if t.resource is not None else 0
-        self._count(requests=1, tokens_reused=reused, cache_hits=int(reused > 0),
-                    prefill_tokens=st.prefill_tokens, superseded=int(t.superseded.is_set()))
+        self._count(requests=1, tokens_reused=reused, cache_hits=int(reused > 0), prefill_tokens=st.prefill_tokens,
+                    generated_tokens=st.new_tokens, superseded=int(t.superseded.is_set()))
         return ids, st, t.queue_ms
 
     def complete_ids(self, prompt: list[int], *, doc_key: str = "_default", max_new: int | None = None,
