@@ -282,11 +282,8 @@ async def test_fuzz_ten_thousand_hostile_frames(served):
         except ConnectionClosed:
             pass
 
-    async def open_ws():
-        ws = await connect(f"ws://{server}/ws", additional_headers=AUTH, max_size=None)
-        return ws, asyncio.create_task(reader(ws))
-
-    ws, task = await open_ws()
+    ws = await connect(f"ws://{server}/ws", additional_headers=AUTH, max_size=None)
+    task = asyncio.create_task(reader(ws))
     rss0, sent, closed, answered = None, 0, 0, 0
     for batch in range(20):
         await ws.send(msgpack.packb({"type": "complete", "id": "storm", "doc": "storm.py", "prefix": "import os\n",
