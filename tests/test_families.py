@@ -265,6 +265,19 @@ def test_engine_serves_a_family_checkpoint(tmp_path, case, fim):
     assert ids == ref[:len(ids)] and (len(ids) == 10 or ref[len(ids)] in eng.fim.eos), (ids, ref)
 
 
+def test_a_family_outside_the_table_takes_the_hf_path(tmp_path):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from completer.engine.models import ModelError
+
+    GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=64, n_layer=1, n_head=4, bos_token_id=0,
+                               eos_token_id=0)).save_pretrained(tmp_path)
+    m = load_model(str(tmp_path), CPU, torch.float32, "auto")
+    assert isinstance(make_runner(m), HFRunner) and len(generate(make_runner(m), [1, 2, 3], 4, Sampling())[0]) == 4
+    with pytest.raises(ModelError, match="needs a model of a lean family"):
+        load_model(str(tmp_path), CPU, torch.float32, "fast-int8")
+
+
 def test_rope_frequencies_are_hfs():
     """Each scaling type's inverse frequencies and cos/sin factor equal HF's rope init functions."""
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
