@@ -1,77 +1,122 @@
-"""VS Code extension (editor-plugin/vscode): its TypeScript unit tests (settings mapping,
-feedback, status) under `node --test`, and its settings manifest against the engine's own
-defaults and choices and the language server's options (and the Neovim plugin's option table
-likewise), so the settings cannot drift from the server. VS Code itself cannot run
-here; see editor-plugin/README.md for the manual check."""
+"""VS Code extension (editor-plugin/vscode): its TypeScript unit tests (settings mapping and
+changes, switches and menu, feedback, status) under `node --test`; `vsce package` without a
+warning, with the bundle, README, LICENSE and icon and nothing else; and the settings against the
+option schema the CLI prints (`completer options --json-schema`), as is the Neovim plugin's option
+table, so neither can drift from the server. VS Code itself cannot run here; see
+editor-plugin/README.md for the manual check."""
 from __future__ import annotations
 
-import dataclasses
 import json
+import re
 import shutil
 import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
 EXT = Path(__file__).resolve().parents[1] / "editor-plugin" / "vscode"
+NVIM_INIT = EXT.parent / "nvim" / "lua" / "completer" / "init.lua"
+COMPLETER = Path(sys.executable).parent / "completer"
+LSP_SCOPES = {"engine", "client", "syntax", "lsp"}  # what completer-lsp reads (lsp/options.py)
+NPM = shutil.which("npm")
 
 
-def manifest_props() -> dict:
-    return json.loads((EXT / "package.json").read_text())["contributes"]["configuration"]["properties"]
-
-
-def test_extension_unit_tests_pass():
-    npm = shutil.which("npm")
-    if npm is None:
+def needs_node_modules():
+    if NPM is None:
         pytest.skip("npm not installed")
     if not (EXT / "node_modules" / "vscode-languageclient").is_dir():
         pytest.skip("dependencies not installed: run `npm ci` in editor-plugin/vscode")
-    r = subprocess.run([npm, "test"], cwd=EXT, capture_output=True, text=True, timeout=300, check=False)
+
+
+def manifest() -> dict:
+    return json.loads((EXT / "package.json").read_text())
+
+
+def lsp_schema() -> dict:
+    """The options completer-lsp reads, from the CLI's JSON Schema."""
+    r = subprocess.run([str(COMPLETER), "options", "--json-schema"], capture_output=True, text=True,
+                       timeout=120, check=True)
+    props = json.loads(r.stdout)["properties"]
+    return {k: v for k, v in props.items() if v["x-scope"] in LSP_SCOPES}
+
+
+def camel(name: str) -> str:
+    return re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
+
+
+def test_extension_unit_tests_pass():
+    needs_node_modules()
+    r = subprocess.run([NPM, "test"], cwd=EXT, capture_output=True, text=True, timeout=300, check=False)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
     assert "# fail 0" in out and "# pass 0" not in out, out[-2000:]
 
 
-def test_settings_defaults_and_choices_match_the_engine():
-    from completer.config import OPTIONS, EngineConfig
-
-    props = manifest_props()
-    defaults = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
-    camel = {"draft_len": "draftLen", "max_new_tokens": "maxNewTokens", "top_p": "topP",
-             "kv_budget_mb": "kvBudgetMb"}
-    for name in ("target", "draft", "device", "dtype", "quant", "drafter", "draft_len",
-                 "max_new_tokens", "temperature", "top_p", "kv_budget_mb", "seed"):
-        setting = props[f"completer.{camel.get(name, name)}"]
-        want = "" if defaults[name] is None else defaults[name]
-        assert setting["default"] == want, name
-    assert tuple(props["completer.drafter"]["enum"]) == OPTIONS["drafter"].meta["choices"]
-    assert props["completer.draftLen"]["maximum"] == defaults["max_draft_len"]
-
-
-def test_settings_cover_every_language_server_option():
-    """One setting per `initializationOptions` field of lsp/options.py, with the same default."""
-    from lsp.options import ServerOptions
-
-    props = manifest_props()
-    by_option = {}
-    for key, prop in props.items():
-        if key.startswith("completer.server."):
-            continue
-        name = key.removeprefix("completer.")
-        option = "".join("_" + c.lower() if c.isupper() else c for c in name)
-        by_option[option] = prop
-    fields = {f.name: f.default for f in dataclasses.fields(ServerOptions)}
-    assert sorted(by_option) == sorted(fields)
-    for name, default in fields.items():
-        assert by_option[name]["default"] == ("" if default is None else default), name
+def test_vsce_package_has_no_warnings_and_only_the_bundle(tmp_path):
+    needs_node_modules()
+    vsix = tmp_path / "completer.vsix"
+    r = subprocess.run([shutil.which("npx"), "vsce", "package", "--out", str(vsix)], cwd=EXT,
+                       capture_output=True, text=True, timeout=600, check=False)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert "WARNING" not in out, out[-4000:]
+    names = set(zipfile.ZipFile(vsix).namelist())
+    assert names == {"[Content_Types].xml", "extension.vsixmanifest", "extension/package.json",
+                     "extension/readme.md", "extension/LICENSE.txt", "extension/images/icon.png",
+                     "extension/dist/extension.js"}, names
+    bundle = (EXT / "dist" / "extension.js").read_text()
+    # One file: the language client is inside; only the editor's module and Node's own stay outside.
+    builtins = json.loads(subprocess.run(["node", "-p", "JSON.stringify(require('module').builtinModules)"],
+                                         capture_output=True, text=True, check=True).stdout)
+    required = set(re.findall(r'require\("([^"]+)"\)', bundle))
+    assert required - set(builtins) == {"vscode"}, required
+    pkg = manifest()
+    assert pkg["main"] == "./dist/extension.js" and pkg["repository"] and pkg["icon"] == "images/icon.png"
 
 
-def test_nvim_plugin_knows_every_language_server_option():
-    import re
+def test_settings_match_the_option_schema():
+    """One `completer.<camelCase>` setting per option completer-lsp reads, with its type, default
+    (an unset optional string is ""), choices and bounds; `npm run gen:settings` writes them."""
+    schema = lsp_schema()
+    props = manifest()["contributes"]["configuration"]["properties"]
+    settings = {k for k in props if not k.startswith("completer.server.")}
+    assert settings == {f"completer.{camel(n)}" for n in schema}, settings ^ {f"completer.{camel(n)}" for n in schema}
+    for name, s in schema.items():
+        p = props[f"completer.{camel(name)}"]
+        types = s["type"] if isinstance(s["type"], list) else [s["type"]]
+        assert p["type"] == next(t for t in types if t != "null"), name
+        assert p["default"] == ("" if s["default"] is None else s["default"]), name
+        for key in ("enum", "minimum", "maximum", "exclusiveMinimum"):
+            want = s.get(key)
+            if isinstance(want, int) and abs(want) > 2**53:  # past a JavaScript number's integers
+                want = None
+            assert p.get(key) == want, (name, key)
 
-    from lsp.options import ServerOptions
 
-    lua = (EXT.parent / "nvim" / "lua" / "completer" / "init.lua").read_text()
-    table = re.search(r"M\.option_types = \{(.*?)\n\}", lua, re.DOTALL).group(1)
-    names = set(re.findall(r"(\w+) = '", table))
-    assert names == {f.name for f in dataclasses.fields(ServerOptions)}
+def test_generated_settings_are_up_to_date(tmp_path):
+    """Running the generator on a copy changes nothing: the committed output is current."""
+    if shutil.which("node") is None:
+        pytest.skip("node not installed")
+    copy = tmp_path / "vscode"
+    for rel in ("package.json", "src/schema.json", "scripts/gen-settings.mjs"):
+        (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(EXT / rel, copy / rel)
+    r = subprocess.run(["node", str(copy / "scripts" / "gen-settings.mjs")], capture_output=True, text=True,
+                       timeout=120, check=False, env={"COMPLETER": str(COMPLETER), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    for rel in ("package.json", "src/schema.json"):
+        assert (copy / rel).read_text() == (EXT / rel).read_text(), f"{rel} is stale: run npm run gen:settings"
+
+
+def test_nvim_plugin_knows_every_option_with_its_type():
+    schema = lsp_schema()
+    table = re.search(r"M\.option_types = \{(.*?)\n\}", NVIM_INIT.read_text(), re.DOTALL).group(1)
+    lua = dict(re.findall(r"(\w+) = '(\w+)'", table))
+    lua_type = {"string": "string", "integer": "number", "number": "number", "boolean": "boolean"}
+    want = {}
+    for name, s in schema.items():
+        types = s["type"] if isinstance(s["type"], list) else [s["type"]]
+        want[name] = lua_type[next(t for t in types if t != "null")]
+    assert lua == want, set(lua.items()) ^ set(want.items())

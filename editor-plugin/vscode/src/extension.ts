@@ -1,8 +1,11 @@
 /**
  * VS Code glue for completer-lsp: starts the server over stdio with initializationOptions from
- * the settings, reports accepted/rejected completions (`completer/feedback`) and shows model
- * loading ($/progress) in the status bar. Ghost text, Tab, and word/line partial accept are
- * VS Code's own inline-suggestion UI; the logic lives in options.ts, feedback.ts and status.ts.
+ * the settings and sends later setting changes as workspace/didChangeConfiguration (no
+ * restart; the server reloads models only for model options), reports accepted/rejected
+ * completions (`completer/feedback`), shows model loading ($/progress) and the on/off state in
+ * the status bar, whose menu switches completions on/off, per language, snoozes, shows stats
+ * and restarts. Ghost text, Tab, and word/line partial accept are VS Code's own
+ * inline-suggestion UI; the logic lives in options.ts, feedback.ts, status.ts and switches.ts.
  */
 import * as vscode from "vscode";
 import {
@@ -10,13 +13,23 @@ import {
   WorkDoneProgress, WorkDoneProgressCreateRequest,
 } from "vscode-languageclient/node";
 import { FeedbackParams, FeedbackTracker, textAfterCursor } from "./feedback";
-import { OPTIONS, toInitializationOptions } from "./options";
+import { InitOptions, OPTIONS, reloads, settingsChange, toInitializationOptions } from "./options";
 import { StatusModel } from "./status";
+import { MenuAction, SwitchState, allowed, menuItems, offReason } from "./switches";
 
 const LANGUAGES = ["python", "javascript", "typescript", "go", "rust"];
 const ACCEPT_CMD = "completer.accepted";
 
 let client: LanguageClient | undefined;
+
+/** The switches for a document of `language` (or the active editor's), now. */
+function switchState(snoozedUntil: number | undefined, language?: string): SwitchState {
+  language ??= vscode.window.activeTextEditor?.document.languageId;
+  const global = vscode.workspace.getConfiguration("completer").inspect<boolean>("enable");
+  const forLanguage = language ? vscode.workspace.getConfiguration("completer", { languageId: language }).get<boolean>("enable") : true;
+  return { enabled: global?.globalValue ?? global?.defaultValue ?? true, language,
+           languageEnabled: forLanguage !== false, snoozedUntil, now: Date.now() };
+}
 
 function readSettings(): Record<string, unknown> {
   // Only values the user set anywhere count; unset ones leave the server's defaults in force.
@@ -32,11 +45,14 @@ function readSettings(): Record<string, unknown> {
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   const log = vscode.window.createOutputChannel("completer", { log: true });
   const item = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
-  item.command = "completer.showStats";
+  item.command = "completer.menu";
   const status = new StatusModel();
   const tracker = new FeedbackTracker();
+  let sent: InitOptions = {}; // the options the running server has
+  let snoozedUntil: number | undefined;
+  let snoozeTimer: NodeJS.Timeout | undefined;
   const render = () => {
-    const v = status.view();
+    const v = status.view(offReason(switchState(snoozedUntil)));
     item.text = v.text;
     item.tooltip = v.tooltip;
     item.show();
@@ -52,10 +68,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   const start = async () => {
     const cfg = vscode.workspace.getConfiguration("completer");
     const { options, warnings } = toInitializationOptions(readSettings());
-    for (const w of warnings) log.warn(w);
-    if (warnings.length) {
-      void vscode.window.showWarningMessage(`completer: ${warnings.length} setting(s) ignored; see the completer output.`);
-    }
+    warn(warnings);
+    sent = options;
     const serverOptions: ServerOptions = {
       command: cfg.get<string>("server.path") || "completer-lsp",
       args: cfg.get<string[]>("server.args") ?? [],
@@ -69,6 +83,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       outputChannel: log,
       middleware: {
         async provideInlineCompletionItems(document, position, ctx, token, next) {
+          if (!allowed(switchState(snoozedUntil, document.languageId))) return null;
           const uri = document.uri.toString();
           sendFeedback(tracker.beforeRequest(uri));
           const result = await next(document, position, ctx, token);
@@ -115,6 +130,63 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     render();
   };
 
+  const warn = (warnings: string[]) => {
+    for (const w of warnings) log.warn(w);
+    if (warnings.length) {
+      void vscode.window.showWarningMessage(`completer: ${warnings.length} setting(s) ignored; see the completer output.`);
+    }
+  };
+
+  const restart = async () => {
+    await stop();
+    await start();
+  };
+
+  /** Settings → the running server, as a change: no restart, no reload for LSP options. */
+  const applySettings = async () => {
+    const { options, warnings } = toInitializationOptions(readSettings());
+    warn(warnings);
+    const change = settingsChange(sent, options);
+    if (!Object.keys(change).length || client?.state !== State.Running) return;
+    const reload = reloads(change);
+    log.info(`settings changed: ${Object.keys(change).join(", ")}${reload.length ? " (the server reloads the models)" : ""}`);
+    await client.sendNotification("workspace/didChangeConfiguration", { settings: { completer: change } });
+    sent = options;
+  };
+
+  const snooze = (minutes: number) => {
+    if (snoozeTimer) clearTimeout(snoozeTimer);
+    snoozedUntil = minutes > 0 ? Date.now() + minutes * 60_000 : undefined;
+    snoozeTimer = minutes > 0 ? setTimeout(() => snooze(0), minutes * 60_000) : undefined;
+    render();
+  };
+
+  const showStats = async () => {
+    if (client?.state !== State.Running) {
+      void vscode.window.showInformationMessage(status.view().tooltip);
+      return;
+    }
+    const stats = await client.sendRequest("completer/stats", {});
+    log.info(`stats: ${JSON.stringify(stats)}`);
+    log.show(true);
+  };
+
+  const setEnabled = async (on: boolean, language?: string) => {
+    const cfg = vscode.workspace.getConfiguration("completer", language ? { languageId: language } : undefined);
+    await cfg.update("enable", on, vscode.ConfigurationTarget.Global, language !== undefined);
+    if (on && !language) snooze(0);
+  };
+
+  const run = async (a: MenuAction) => {
+    switch (a.kind) {
+      case "enable": return setEnabled(a.on);
+      case "language": return setEnabled(a.on, a.language);
+      case "snooze": return snooze(a.minutes);
+      case "stats": return showStats();
+      case "restart": return restart();
+    }
+  };
+
   const stop = async () => {
     const c = client;
     client = undefined;
@@ -126,19 +198,23 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       sendFeedback(tracker.accepted(uri, text));
       if (inner) await vscode.commands.executeCommand(inner.command, ...(inner.arguments ?? []));
     }),
-    vscode.commands.registerCommand("completer.showStats", async () => {
-      if (client?.state !== State.Running) {
-        void vscode.window.showInformationMessage(status.view().tooltip);
-        return;
-      }
-      const stats = await client.sendRequest("completer/stats", {});
-      log.info(`stats: ${JSON.stringify(stats)}`);
-      log.show(true);
+    vscode.commands.registerCommand("completer.showStats", showStats),
+    vscode.commands.registerCommand("completer.restart", restart),
+    vscode.commands.registerCommand("completer.menu", async () => {
+      const pick = await vscode.window.showQuickPick(menuItems(switchState(snoozedUntil)), { title: "completer" });
+      if (pick) await run(pick.action);
     }),
-    vscode.commands.registerCommand("completer.restart", async () => {
-      await stop();
-      await start();
+    vscode.commands.registerCommand("completer.enable", () => setEnabled(true)),
+    vscode.commands.registerCommand("completer.disable", () => setEnabled(false)),
+    vscode.commands.registerCommand("completer.toggle", () => setEnabled(!switchState(snoozedUntil).enabled)),
+    vscode.commands.registerCommand("completer.snooze", async (minutes?: number) => {
+      const m = minutes ?? Number(await vscode.window.showInputBox({ prompt: "Snooze completions for how many minutes?", value: "30" }));
+      if (Number.isFinite(m) && m >= 0) snooze(m);
     }),
+    vscode.commands.registerCommand("completer.trigger", () => vscode.commands.executeCommand("editor.action.inlineSuggest.trigger")),
+    vscode.commands.registerCommand("completer.acceptWord", () => vscode.commands.executeCommand("editor.action.inlineSuggest.acceptNextWord")),
+    vscode.commands.registerCommand("completer.acceptLine", () => vscode.commands.executeCommand("editor.action.inlineSuggest.acceptNextLine")),
+    vscode.window.onDidChangeActiveTextEditor(render),
     vscode.workspace.onDidChangeTextDocument((e) => {
       tracker.changed(e.document.uri.toString(), e.contentChanges.map((c) => ({
         offset: c.rangeOffset, length: c.rangeLength, text: c.text,
@@ -146,10 +222,12 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     }),
     vscode.workspace.onDidCloseTextDocument((d) => sendFeedback(tracker.closed(d.uri.toString()))),
     vscode.workspace.onDidChangeConfiguration(async (e) => {
-      if (e.affectsConfiguration("completer")) {
-        log.info("settings changed: restarting completer-lsp");
-        await stop();
-        await start();
+      if (e.affectsConfiguration("completer.server")) {
+        log.info("server command changed: restarting completer-lsp");
+        await restart();
+      } else if (e.affectsConfiguration("completer")) {
+        await applySettings();
+        render();
       }
     }),
     { dispose: () => void stop() },

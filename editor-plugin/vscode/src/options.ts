@@ -1,81 +1,49 @@
 /**
  * Settings → `initializationOptions` for completer-lsp.
  *
- * Owns the table of server options (one row per option: the VS Code setting, the server's
- * name for it — the `completer` CLI flag with underscores — its type, bounds and default) and
- * the validation that turns user settings into the options object. package.json's
- * `contributes.configuration` mirrors this table; a test keeps the two equal.
+ * Owns the table of server options (one row per option of the schema `completer options
+ * --json-schema` prints, kept in src/schema.json by `npm run gen:settings`, which also writes
+ * package.json's `contributes.configuration`) and the validation that turns user settings into
+ * the options object. The server validates again; this gives the warning in the editor.
  */
+
+import schema = require("./schema.json");
 
 export type OptionType = "string" | "integer" | "number" | "boolean";
 
 export interface OptionSpec {
   /** Setting key under `completer.` (camelCase, as VS Code settings are). */
   setting: string;
-  /** initializationOptions key (the CLI flag name with underscores). */
+  /** initializationOptions key (the option's name in the schema, snake_case). */
   option: string;
   type: OptionType;
-  /** The server's default; only used for the settings UI, never sent. */
+  /** The server's default ("" for an unset string); only for the settings UI, never sent. */
   default: string | number | boolean;
   description: string;
   enum?: string[];
-  /** Additional accepted string form, for values an enum cannot list (cuda:N). */
-  pattern?: string;
   minimum?: number;
   maximum?: number;
   /** Bounds are exclusive rather than inclusive. */
   exclusiveMinimum?: boolean;
+  /** Changing it makes the server load the models again. */
+  reload: boolean;
 }
 
-export const OPTIONS: readonly OptionSpec[] = [
-  { setting: "target", option: "target", type: "string", default: "",
-    description: "Target model: HF model directory or hub id. Empty: the embedded default pair." },
-  { setting: "draft", option: "draft", type: "string", default: "",
-    description: "Draft model sharing the target's tokenizer. Empty: the embedded default pair." },
-  { setting: "device", option: "device", type: "string", default: "auto",
-    enum: ["auto", "cpu", "cuda"], pattern: "^cuda:[0-9]+$",
-    description: "auto | cpu | cuda | cuda:N" },
-  { setting: "dtype", option: "dtype", type: "string", default: "auto",
-    enum: ["auto", "float32", "bfloat16", "float16"],
-    description: "Weights dtype. auto: float32 on CPU, bfloat16 on CUDA." },
-  { setting: "quant", option: "quant", type: "string", default: "auto",
-    enum: ["auto", "none", "fp16", "int8", "nf4", "fast-int8", "mixed"],
-    description: "Target weights. auto: fp16 storage for a 16-bit checkpoint on CPU, else none." },
-  { setting: "quantGroups", option: "quant_groups", type: "string",
-    default: "embed=fp16,attn=int8,mlp=int4,head=int8",
-    description: "Per-module-group precision for quant=mixed (embed, attn, mlp, head)." },
-  { setting: "drafter", option: "drafter", type: "string", default: "combined",
-    enum: ["combined", "model", "ngram", "fastpath", "none"],
-    description: "Who proposes draft tokens for speculative decoding (none: plain decoding)." },
-  { setting: "draftLen", option: "draft_len", type: "integer", default: 4, minimum: 1, maximum: 8,
-    description: "Initial draft length k (adapted per document from acceptance)." },
-  { setting: "maxNewTokens", option: "max_new_tokens", type: "integer", default: 64, minimum: 1,
-    maximum: 1024, description: "Most tokens one completion may generate." },
-  { setting: "temperature", option: "temperature", type: "number", default: 0, minimum: 0,
-    maximum: 2, description: "Sampling temperature; 0 is greedy." },
-  { setting: "topP", option: "top_p", type: "number", default: 1, minimum: 0, maximum: 1,
-    exclusiveMinimum: true, description: "Nucleus sampling mass, in (0, 1]." },
-  { setting: "kvBudgetMb", option: "kv_budget_mb", type: "number", default: 256, minimum: 0,
-    exclusiveMinimum: true, description: "Memory for all per-document KV caches together (MB)." },
-  { setting: "seed", option: "seed", type: "integer", default: 0, minimum: 0,
-    description: "Random seed for sampling." },
-  { setting: "engine", option: "engine", type: "string", default: "", pattern: "^wss?://",
-    description: "ws://HOST:PORT of a running `completer serve` to use instead of loading models in the language server. Empty: in-process models." },
-  { setting: "debounceMs", option: "debounce_ms", type: "integer", default: 75, minimum: 0,
-    maximum: 5000, description: "Server-side debounce per document (ms): a newer request cancels the older one." },
-  { setting: "warmup", option: "warmup", type: "boolean", default: true,
-    description: "Prefill the model's cache on syntax triggers (newline, `(`, `=`, `:`) while typing." },
-  { setting: "multiline", option: "multiline", type: "boolean", default: true,
-    description: "Offer multi-line completions where the syntax allows (e.g. a block body)." },
-  { setting: "maxLines", option: "max_lines", type: "integer", default: 16, minimum: 1, maximum: 200,
-    description: "Most lines of a multi-line completion." },
-  { setting: "completeInComments", option: "complete_in_comments", type: "boolean", default: false,
-    description: "Offer completions inside comments." },
-  { setting: "completeInStrings", option: "complete_in_strings", type: "boolean", default: false,
-    description: "Offer completions inside string literals." },
-  { setting: "completeInDocstrings", option: "complete_in_docstrings", type: "boolean", default: false,
-    description: "Offer completions inside docstrings." },
-];
+interface SchemaRow {
+  type: OptionType; nullable: boolean; default: string | number | boolean | null; description: string;
+  reload: boolean; enum?: string[]; minimum?: number; maximum?: number; exclusiveMinimum?: number;
+}
+
+const camel = (s: string) => s.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
+
+/** One row per option completer-lsp reads, from src/schema.json (`npm run gen:settings`). */
+export const OPTIONS: readonly OptionSpec[] = Object.entries(schema as Record<string, SchemaRow>).map(
+  ([name, r]) => ({
+    setting: camel(name), option: name, type: r.type, default: r.default ?? "", description: r.description,
+    reload: r.reload, enum: r.enum, maximum: r.maximum,
+    ...(r.exclusiveMinimum !== undefined ? { minimum: r.exclusiveMinimum, exclusiveMinimum: true }
+      : r.minimum !== undefined ? { minimum: r.minimum } : {}),
+  }));
 
 export type InitOptions = Record<string, string | number | boolean>;
 
@@ -95,11 +63,8 @@ export function checkValue(spec: OptionSpec, value: unknown): { value?: string |
     case "string": {
       if (typeof value !== "string") return { error: `${name}: expected a string, got ${JSON.stringify(value)}` };
       const v = value.trim();
-      const inEnum = spec.enum ? spec.enum.includes(v) : false;
-      const matches = spec.pattern ? new RegExp(spec.pattern).test(v) : false;
-      if ((spec.enum || spec.pattern) && !inEnum && !matches) {
-        const allowed = [...(spec.enum ?? []), ...(spec.pattern ? [`/${spec.pattern}/`] : [])].join(", ");
-        return { error: `${name}: ${JSON.stringify(v)} is not one of ${allowed}` };
+      if (spec.enum && !spec.enum.includes(v)) {
+        return { error: `${name}: ${JSON.stringify(v)} is not one of ${spec.enum.join(", ")}` };
       }
       return { value: v };
     }
@@ -145,17 +110,23 @@ export function toInitializationOptions(userValues: Record<string, unknown>): Ma
   return { options, warnings };
 }
 
-/** The package.json `contributes.configuration.properties` entries this table implies. */
-export function configurationProperties(): Record<string, Record<string, unknown>> {
-  const props: Record<string, Record<string, unknown>> = {};
+/**
+ * The `completer` settings object for `workspace/didChangeConfiguration` that takes the server
+ * from `before` to `after` (both from toInitializationOptions): changed and newly set values,
+ * and the default (null for an optional string) for options no longer set. The server applies
+ * it without a restart, reloading the models only for options marked `reload`.
+ */
+export function settingsChange(before: InitOptions, after: InitOptions): Record<string, unknown> {
+  const change: Record<string, unknown> = {};
   for (const o of OPTIONS) {
-    const p: Record<string, unknown> = { type: o.type, default: o.default, markdownDescription: o.description };
-    if (o.enum && !o.pattern) p.enum = o.enum;
-    // Empty is "unset"; a pattern next to an enum admits the forms the enum cannot list.
-    if (o.pattern) p.pattern = o.enum ? `^(${o.enum.join("|")})$|${o.pattern}` : `^$|${o.pattern}`;
-    if (o.minimum !== undefined) p[o.exclusiveMinimum ? "exclusiveMinimum" : "minimum"] = o.minimum;
-    if (o.maximum !== undefined) p.maximum = o.maximum;
-    props[`completer.${o.setting}`] = p;
+    const a = after[o.option];
+    if (a !== undefined && a !== before[o.option]) change[o.option] = a;
+    else if (a === undefined && before[o.option] !== undefined) change[o.option] = o.default === "" ? null : o.default;
   }
-  return props;
+  return change;
+}
+
+/** The options in `change` whose new value makes the server load the models again. */
+export function reloads(change: Record<string, unknown>): string[] {
+  return OPTIONS.filter((o) => o.reload && o.option in change).map((o) => o.option);
 }

@@ -5,7 +5,7 @@
  * recent one and returns to "ready" only when every token has ended.
  */
 
-export type Phase = "stopped" | "starting" | "loading" | "ready" | "error";
+export type Phase = "stopped" | "starting" | "loading" | "ready" | "off" | "error";
 
 export interface ProgressValue {
   kind: "begin" | "report" | "end";
@@ -53,7 +53,11 @@ export class StatusModel {
     if (this.phase !== "error" && this.phase !== "stopped") this.phase = "loading";
   }
 
-  view(): StatusView {
+  /** `off`: why completions are switched off (switches.ts offReason), shown once ready. */
+  view(off?: string): StatusView {
+    if (this.phase === "ready" && off) {
+      return { phase: "off", text: "$(circle-slash) completer", tooltip: `completer: ${off} (click for the menu)` };
+    }
     switch (this.phase) {
       case "loading": {
         const p = this.active.get(this.last ?? "")!;
@@ -62,7 +66,7 @@ export class StatusModel {
         return { phase: "loading", text: `$(sync~spin) completer${pct}`, tooltip: `completer-lsp: ${detail}${pct}` };
       }
       case "ready":
-        return { phase: "ready", text: "$(check) completer", tooltip: "completer-lsp: ready (Tab accepts, Ctrl+Right accepts a word)" };
+        return { phase: "ready", text: "$(check) completer", tooltip: "completer-lsp: ready (Tab accepts, Ctrl+Right a word, Ctrl+Down a line; click for the menu)" };
       case "starting":
         return { phase: "starting", text: "$(sync~spin) completer", tooltip: "completer-lsp: starting" };
       case "error":

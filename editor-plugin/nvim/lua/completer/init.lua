@@ -22,16 +22,28 @@ local api = vim.api
 local NAME = 'completer'
 local ACCEPT_CMD = 'completer.accepted'
 
---- initializationOptions the server knows (the `completer` CLI flags with underscores, plus
---- the LSP-only ones) and the Lua type each must have.
+--- initializationOptions the server knows (the option schema's scopes engine, client, syntax
+--- and lsp: `completer options --json-schema`; tests/test_editor_vscode.py keeps them equal)
+--- and the Lua type each must have.
 M.option_types = {
+  -- engine
   target = 'string', draft = 'string', device = 'string', dtype = 'string', quant = 'string',
-  quant_groups = 'string',
-  drafter = 'string', draft_len = 'number', max_new_tokens = 'number', temperature = 'number',
-  top_p = 'number', kv_budget_mb = 'number', seed = 'number', engine = 'string',
-  debounce_ms = 'number', warmup = 'boolean', multiline = 'boolean', max_lines = 'number',
-  complete_in_comments = 'boolean', complete_in_strings = 'boolean', complete_in_docstrings = 'boolean',
-  enable = 'boolean', ready_wait_ms = 'number',
+  quant_groups = 'string', drafter = 'string', draft_len = 'number', max_draft_len = 'number',
+  draft_vocab = 'number', max_new_tokens = 'number', temperature = 'number', top_p = 'number',
+  kv_budget_mb = 'number', lean = 'boolean', seed = 'number', fim_format = 'string',
+  max_batch = 'number', batch_wait_ms = 'number', max_queue = 'number',
+  batch_step_tokens = 'number', warmup_chunk = 'number', type_through = 'boolean',
+  -- client
+  engine = 'string', engine_api_key = 'string', engine_model = 'string',
+  engine_timeout_ms = 'number', engine_retries = 'number',
+  -- syntax
+  multiline = 'boolean', complete_in_comments = 'boolean', complete_in_strings = 'boolean',
+  complete_in_docstrings = 'boolean', max_lines = 'number', prefix_lines = 'number',
+  suffix_lines = 'number', suffix_share = 'number', header_share = 'number',
+  max_siblings = 'number', grid_lines = 'number', parse_check = 'boolean',
+  stop_degenerate = 'boolean',
+  -- lsp
+  enable = 'boolean', debounce_ms = 'number', warmup = 'boolean', ready_wait_ms = 'number',
 }
 
 M.defaults = {

@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { OPTIONS, checkValue, configurationProperties, toInitializationOptions } from "../options";
+import { OPTIONS, checkValue, reloads, settingsChange, toInitializationOptions } from "../options";
 
 test("set values map to the server's snake_case names; unset ones are not sent", () => {
   const { options, warnings } = toInitializationOptions({
@@ -16,38 +16,38 @@ test("set values map to the server's snake_case names; unset ones are not sent",
   assert.deepEqual(warnings, []);
 });
 
-test("every server option has exactly one row", () => {
-  const names = OPTIONS.map((o) => o.option).sort();
-  assert.deepEqual(names, [
-    "complete_in_comments", "complete_in_docstrings", "complete_in_strings", "debounce_ms", "device",
-    "draft", "draft_len", "drafter", "dtype", "engine", "kv_budget_mb", "max_lines", "max_new_tokens",
-    "multiline", "quant", "quant_groups", "seed", "target", "temperature", "top_p", "warmup",
-  ]);
+test("the table is the schema's: snake_case options, camelCase settings", () => {
+  const byOption = new Map(OPTIONS.map((o) => [o.option, o]));
+  assert.equal(byOption.get("max_new_tokens")!.setting, "maxNewTokens");
+  assert.equal(byOption.get("target")!.default, "", "an optional string's unset value");
+  for (const name of ["enable", "debounce_ms", "multiline", "engine", "draft_len"]) assert.ok(byOption.has(name), name);
+  assert.ok(!byOption.has("port"), "serve-only options are not the language server's");
+  assert.equal(byOption.get("target")!.reload, true);
+  assert.equal(byOption.get("max_lines")!.reload, false);
 });
 
 test("invalid values are dropped with a warning naming the setting", () => {
   const { options, warnings } = toInitializationOptions({
     maxNewTokens: 0, draftLen: 2.5, topP: 0, temperature: -1, kvBudgetMb: 0, quant: "int4",
-    device: "gpu", engine: "http://localhost:7421", completeInDocstrings: "yes", seed: 7, typo: 1,
+    completeInDocstrings: "yes", seed: 7, typo: 1,
   });
   assert.deepEqual(options, { seed: 7 });
   const joined = warnings.join("\n");
-  for (const s of ["maxNewTokens", "draftLen", "topP", "temperature", "kvBudgetMb", "quant", "device",
-                   "engine", "completeInDocstrings", "typo"]) {
+  for (const s of ["maxNewTokens", "draftLen", "topP", "temperature", "kvBudgetMb", "quant",
+                   "completeInDocstrings", "typo"]) {
     assert.match(joined, new RegExp(`completer\\.${s}`), s);
   }
-  assert.equal(warnings.length, 10);
+  assert.equal(warnings.length, 8);
 });
 
-test("device accepts cuda:N beside the enum; engine needs ws:// or wss://", () => {
-  const dev = OPTIONS.find((o) => o.option === "device")!;
-  assert.equal(checkValue(dev, "cuda:1").value, "cuda:1");
-  assert.equal(checkValue(dev, "cpu").value, "cpu");
-  assert.ok(checkValue(dev, "cuda:").error);
-  const eng = OPTIONS.find((o) => o.option === "engine")!;
-  assert.equal(checkValue(eng, " ws://127.0.0.1:7421 ").value, "ws://127.0.0.1:7421");
-  assert.equal(checkValue(eng, "wss://host/ws").value, "wss://host/ws");
-  assert.ok(checkValue(eng, "127.0.0.1:7421").error);
+test("a settings change sends what changed, defaults for what was unset, and knows what reloads", () => {
+  const before = { max_lines: 4, target: "/m/t", debounce_ms: 50 };
+  const after = { max_lines: 8, debounce_ms: 50, enable: false };
+  const change = settingsChange(before, after);
+  assert.deepEqual(change, { max_lines: 8, enable: false, target: null });
+  assert.deepEqual(reloads(change), ["target"]);
+  assert.deepEqual(reloads(settingsChange(before, { ...before, max_lines: 2 })), []);
+  assert.deepEqual(settingsChange(after, after), {});
 });
 
 test("bounds: inclusive maximum, exclusive minimum where the server needs > 0", () => {
@@ -56,31 +56,21 @@ test("bounds: inclusive maximum, exclusive minimum where the server needs > 0", 
   assert.ok(checkValue(topP, 1.01).error);
   assert.ok(checkValue(topP, 0).error);
   const dl = OPTIONS.find((o) => o.option === "draft_len")!;
-  assert.equal(checkValue(dl, 8).value, 8);
-  assert.ok(checkValue(dl, 9).error);
+  assert.equal(checkValue(dl, 16).value, 16);
+  assert.ok(checkValue(dl, 17).error);
   assert.ok(checkValue(dl, Number.NaN).error);
 });
 
-test("package.json contributes exactly the table's settings", () => {
+test("package.json contributes one setting per row (npm run gen:settings)", () => {
   const pkg = JSON.parse(readFileSync(join(__dirname, "..", "..", "package.json"), "utf8"));
   const props = pkg.contributes.configuration.properties;
-  const fromTable = configurationProperties();
   const optionKeys = Object.keys(props).filter((k) => !k.startsWith("completer.server."));
-  assert.deepEqual(optionKeys.sort(), Object.keys(fromTable).sort());
-  for (const [k, v] of Object.entries(fromTable)) assert.deepEqual(props[k], v, k);
-});
-
-test("each settings pattern agrees with the validator", () => {
-  for (const o of OPTIONS.filter((x) => x.type === "string")) {
-    const p = configurationProperties()[`completer.${o.setting}`];
-    const samples = ["", "auto", "cpu", "cuda", "cuda:0", "cuda:x", "ws://h:1", "http://h", "int8", "bogus"];
-    // An empty string means "unset" to the validator; only free-form settings offer it in the UI.
-    for (const s of samples.filter((x) => x !== "" || !o.enum)) {
-      const schemaOk = p.pattern ? new RegExp(p.pattern as string).test(s)
-        : p.enum ? (p.enum as string[]).includes(s) : true;
-      const validatorOk = s === "" || checkValue(o, s).error === undefined;
-      assert.equal(schemaOk, validatorOk, `${o.setting}: ${JSON.stringify(s)}`);
-    }
+  assert.deepEqual(optionKeys.sort(), OPTIONS.map((o) => `completer.${o.setting}`).sort());
+  for (const o of OPTIONS) {
+    const p = props[`completer.${o.setting}`];
+    assert.equal(p.type, o.type, o.setting);
+    assert.deepEqual(p.default, o.default, o.setting);
+    assert.deepEqual(p.enum, o.enum, o.setting);
   }
 });
 

@@ -53,3 +53,15 @@ test("no progress at all: ready as soon as the client runs", () => {
   s.stopped();
   assert.equal(s.view().phase, "stopped");
 });
+
+test("switched off: once ready the item says so and why; loading still shows the load", () => {
+  const s = new StatusModel();
+  s.starting();
+  s.running();
+  assert.equal(s.view("snoozed for 5 min").phase, "off");
+  assert.equal(s.view("snoozed for 5 min").text, "$(circle-slash) completer");
+  assert.match(s.view("disabled for python").tooltip, /disabled for python/);
+  assert.equal(s.view(undefined).phase, "ready");
+  s.progress("load", { kind: "begin", title: "loading models", percentage: 10 });
+  assert.equal(s.view("disabled").phase, "loading");
+});
