@@ -21,7 +21,7 @@ caller then uses the generic HF path.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -138,15 +138,7 @@ class Layout:
     sliding_window: int | None  # attend to the last W positions (the query's own included)
     norm_eps: float
     head_dim: int
-    names: Names = field(default_factory=Names)
-
-    @property
-    def llama_like(self) -> bool:
-        """Plain Llama's forward over the stored weights (RoPE aside, which lives in the
-        runner's rotation table): what a runner that knows only Llama computes correctly."""
-        return (self.norm in ("rms", "rms_1p") and self.act == "silu_gated" and not self.qk_norm
-                and not (self.qkv_bias or self.o_bias or self.mlp_bias) and self.embed_scale is None
-                and self.sliding_window is None)
+    names: Names
 
 
 @dataclass(frozen=True)
