@@ -50,11 +50,11 @@ CASES = {
                            original_max_position_embeddings=32)),
     "llama-yarn": (LlamaConfig, LlamaForCausalLM,
                    _rope("yarn", factor=4.0, rope_theta=10000.0, original_max_position_embeddings=32)),
-    "mistral": (MistralConfig, MistralForCausalLM, dict(sliding_window=16)),
+    "mistral": (MistralConfig, MistralForCausalLM, {"sliding_window": 16}),
     "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(tie_word_embeddings=True, **_rope("default", rope_theta=1e6))),
-    "qwen3": (Qwen3Config, Qwen3ForCausalLM, dict(head_dim=32, attention_bias=True)),
-    "starcoder2": (Starcoder2Config, Starcoder2ForCausalLM, dict(sliding_window=16)),
-    "gemma": (GemmaConfig, GemmaForCausalLM, dict(head_dim=16)),
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM, {"head_dim": 32, "attention_bias": True}),
+    "starcoder2": (Starcoder2Config, Starcoder2ForCausalLM, {"sliding_window": 16}),
+    "gemma": (GemmaConfig, GemmaForCausalLM, {"head_dim": 16}),
 }
 EMBED_STD = {False: 0.1, True: 0.4}  # tied: the embedding is the LM head, whose scale spreads the logits
 FAMILY_CASES = ["llama-linear", "mistral", "qwen2", "qwen3", "starcoder2", "gemma"]  # one per family
@@ -259,7 +259,7 @@ def test_engine_serves_a_family_checkpoint(tmp_path, case, fim):
     assert (eng.fim.name, eng.fim.layout) == (fim, "psm")
     assert isinstance(eng.pair.target, LlamaWeights) and isinstance(eng.pair.target.layers[0][1], Fp16Weight)
     prompt = eng.fim_prompt("def f(x):\n    return", "\n\nprint(f(2))\n")
-    ids, st = eng.complete_ids(prompt, max_new=10)
+    ids, _ = eng.complete_ids(prompt, max_new=10)
     hf = AutoModelForCausalLM.from_pretrained(str(tmp_path), dtype=torch.float32).eval()
     ref = hf_greedy(hf, prompt, 10)
     assert ids == ref[:len(ids)] and (len(ids) == 10 or ref[len(ids)] in eng.fim.eos), (ids, ref)
