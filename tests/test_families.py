@@ -278,6 +278,25 @@ def test_a_family_outside_the_table_takes_the_hf_path(tmp_path):
         load_model(str(tmp_path), CPU, torch.float32, "fast-int8")
 
 
+def test_hf_path_rolls_back_a_hybrid_window_model():
+    """Gemma2 (outside the table: alternating sliding and full layers) on the HF path: a cache
+    that keeps every position crops, and the model still masks each layer by its own window."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    torch.manual_seed(0)
+    m = Gemma2ForCausalLM(Gemma2Config(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=8,
+                                       max_position_embeddings=128, bos_token_id=0, eos_token_id=0,
+                                       pad_token_id=0)).eval()
+    assert m.config.layer_types == ["sliding_attention", "full_attention"]
+    ids = torch.randint(0, V, (60,), generator=torch.Generator().manual_seed(1)).tolist()
+    with torch.no_grad():
+        ref = m(input_ids=torch.tensor([ids])).logits[0]
+    r = make_runner(m)
+    assert isinstance(r, HFRunner)
+    assert torch.allclose(feed_with_rollback(r, ids), ref, atol=1e-4 * float(ref.abs().max()))
+
+
 def test_rope_frequencies_are_hfs():
     """Each scaling type's inverse frequencies and cos/sin factor equal HF's rope init functions."""
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
