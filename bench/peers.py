@@ -46,15 +46,15 @@ OUT = ROOT / "bench" / "out"
 MODELS = OUT / "peers"
 NEW = 32
 # Qwen2.5-Coder shapes (config.json of the published checkpoints); weights are random here
-SHAPES = {"0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                       num_key_value_heads=2),
-          "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                       num_key_value_heads=2)}
+SHAPES = {"0.5b": {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+                   "num_attention_heads": 14, "num_key_value_heads": 2},
+          "1.5b": {"hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
+                   "num_attention_heads": 12, "num_key_value_heads": 2}}
 
 
 def llamacpp_dir() -> Path:
-    r = subprocess.run(["bash", str(ROOT / ".ci" / "llamacpp.sh")], capture_output=True, text=True,
-                       env={**os.environ, "PYTHON": sys.executable})
+    r = subprocess.run(["bash", str(ROOT / ".ci" / "llamacpp.sh")], check=False,
+                       capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable})
     if r.returncode != 0:
         raise SystemExit(f"llama.cpp build failed: {r.stderr.strip()[-400:]}")
     return Path(r.stdout.strip().splitlines()[-1])
@@ -92,7 +92,7 @@ def gguf(cache: Path, model: Path, outtype: str) -> Path:
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
         r = subprocess.run([sys.executable, str(cache / "src" / "convert_hf_to_gguf.py"), str(model),
-                            "--outtype", outtype, "--outfile", str(out)], capture_output=True, text=True)
+                            "--outtype", outtype, "--outfile", str(out)], check=False, capture_output=True, text=True)
         if r.returncode != 0:
             raise SystemExit(f"GGUF conversion of {model} failed: {r.stderr.strip()[-600:]}")
     return out
@@ -102,7 +102,9 @@ def llama_bench(cache: Path, m: Path, threads: int, *, decode_depth: int = 0, pr
     """One llama-bench measurement: decode ms/token at a depth, or prefill tokens/s."""
     args = ["-p", "0", "-n", str(NEW), "-d", str(decode_depth)] if decode_depth else ["-p", str(prefill), "-n", "0"]
     r = subprocess.run([str(cache / "bin" / "llama-bench"), "-m", str(m), *args, "-t", str(threads), "-r", "1",
-                        "-o", "json"], capture_output=True, text=True)
+                        "-o", "json"], check=False, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"llama-bench on {m} failed: {r.stderr.strip()[-400:]}")
     ts = json.loads(r.stdout)[0]["avg_ts"]
     return 1e3 / ts if decode_depth else ts
 

@@ -48,7 +48,6 @@ def main() -> int:
     from completer.engine.drafters import (
         AdaptiveK,
         CombinedDrafter,
-        FastPathDrafter,
         ModelDrafter,
         NgramDrafter,
     )
@@ -63,8 +62,7 @@ def main() -> int:
                               quant=a.quant, draft_vocab=a.draft_vocab))
     hf_t = AutoModelForCausalLM.from_pretrained(tdir, dtype=torch.float32).eval()
     hf_d = AutoModelForCausalLM.from_pretrained(ddir, dtype=torch.float32).eval()
-    fp_path = Path(tdir).parent / "fastpath.json"
-    fast = FastPathDrafter.load(fp_path) if fp_path.is_file() else None
+    fast = eng.fastpath  # the embedded pair's fast-path table (None for other models)
     budget = eng.ctx - a.new - 16
     holes = fim_holes(a.n, a.seed, tuple(x for x in a.third_party.split(",") if x), kind="start")
     prompts = [eng.fim_prompt(h.prefix, h.suffix)[-budget:] for h in holes]
