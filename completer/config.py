@@ -20,6 +20,8 @@ from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from .engine.prompt import FIM_FORMATS  # torch-free: the table of model families' FIM spellings
+
 
 def opt(default: Any, help: str, *, choices: tuple[str, ...] | None = None, lo: float | None = None,
         hi: float | str | None = None, lo_open: bool = False, check: tuple[Callable[[str], bool], str] | None = None,
@@ -67,8 +69,9 @@ class EngineConfig:
                               hi=1 << 20, lo_open=True)
     lean: bool = opt(True, "the lean runner where the architecture allows (else HF's forward)", reload=True)
     seed: int = opt(0, "sampling seed", lo=0, hi=2**63 - 1)
-    fim_format: str = opt("auto", "FIM prompt format: auto (from the tokenizer) or a model family's name",
-                          reload=True)
+    fim_format: str = opt("auto", "FIM prompt format: auto (from the tokenizer and model type) or a family's "
+                          "format; 'suffix' lets an OpenAI-compatible server build it", reload=True,
+                          choices=("auto", *FIM_FORMATS, "suffix"))
     max_batch: int = opt(8, "live generations whose forwards step together; 1 = serial", lo=1, hi=256)
     batch_wait_ms: float = opt(2.0, "how long a batched step waits for the other live generations", lo=0.0,
                                hi=1000.0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .client import Completion, EngineClient
 from .documents import PositionError, Snapshot, language_for, parse_snapshot
@@ -22,7 +22,7 @@ FIM_TOKENS = 3  # <fim_suffix>, <fim_middle> and <fim_prefix>/none: the engine's
 @dataclass(frozen=True)
 class CompletionOptions:
     max_new_tokens: int | None = None   # None = the engine's own default
-    syntax: SyntaxOptions = SyntaxOptions()
+    syntax: SyntaxOptions = field(default_factory=SyntaxOptions)
 
 
 def resolve_offset(snap: Snapshot, position: int | tuple[int, int]) -> int:

@@ -14,7 +14,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 
@@ -22,7 +22,6 @@ from draft_models import DEFAULT_DIR
 
 from ..client import Completion, prompt_budget
 from ..config import EngineConfig
-
 from .batch import Via
 from .drafters import AdaptiveK, CombinedDrafter, FastPathDrafter, ModelDrafter, NgramDrafter
 from .models import ModelError, Pair, load_pair
@@ -31,6 +30,7 @@ from .runner import LlamaWeights, common_prefix_len, make_runner
 from .sampling import Sampling
 from .scheduler import INTERACTIVE, WARMUP, Overloaded, Scheduler, SchedulerConfig
 from .speculative import GenStats, generate
+
 
 def to_completion(text: str, ids: list[int], st: GenStats, speculative: bool, **extra) -> Completion:
     """The flat result from the loop's statistics."""
@@ -123,9 +123,10 @@ class _StopFlag:
 
 
 class Engine:
-    def __init__(self, cfg: EngineConfig = EngineConfig(), pair: Pair | None = None,
+    def __init__(self, cfg: EngineConfig | None = None, pair: Pair | None = None,
                  progress: Callable[[int, str], None] | None = None):
         """`progress(percent, message)` is told how loading goes (then warm_start, to 100 %)."""
+        cfg = cfg or EngineConfig()
         cfg.validate()
         self.cfg = cfg
         self.progress = progress or (lambda pct, msg: None)
@@ -135,7 +136,11 @@ class Engine:
                                       lean=cfg.lean, quant_groups=cfg.quant_groups)
         self.progress(60, "models loaded")
         self.tok = self.pair.tokenizer
-        self.fim = FimFormat.detect(self.tok)
+        model_type = getattr(self.pair.target.config, "model_type", None)
+        try:  # the option names a family's format, or auto: from the special tokens and model type
+            self.fim = FimFormat.detect(self.tok, cfg.fim_format, model_type)
+        except ValueError as e:
+            raise ModelError(str(e)) from None
         self.ctx = min(getattr(self.pair.target.config, "max_position_embeddings", 2048), 4096)
         fp = DEFAULT_DIR / "fastpath.json"
         tables = json.loads(fp.read_text()) if fp.is_file() and cfg.target is None else {}

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
+from ..config import SyntaxOptions
 from ..documents import Snapshot, line_starts
 from .lang import captures, spec
-from ..config import SyntaxOptions
 
 # Characters per token never exceed this for the tokenizers we meet (code averages 3–4): it
 # bounds how much text is looked at and tokenized.

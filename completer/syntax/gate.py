@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from ..config import SyntaxOptions
 from ..documents import Snapshot, is_binary
 from .lang import CLOSERS, captures, line_bounds, node_at, spec
-from ..config import SyntaxOptions
 
 
 class Mode(str, Enum):
