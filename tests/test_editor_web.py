@@ -1,13 +1,15 @@
-"""Web demo (editor-plugin/web) end to end: headless Debian Chromium opens the page from a static
-server on localhost, the page talks to a real `completer serve` on the tiny model pair (its target
-taught to answer `1`, see test_editor_parrot.py), and the
-test types through the DevTools protocol: ghost text streams in, Ctrl+Right takes a word, Tab
-takes the rest. Also: the page's msgpack codec against Python's msgpack, both directions."""
+"""Web demo (editor-plugin/web) end to end: headless Debian Chromium opens the page (a CodeMirror 6
+editor, bundled by esbuild) from a static server on localhost, the page talks to a real `completer
+serve` on the tiny model pair (its target taught to answer `1`, see test_editor_parrot.py), and
+the test types through the DevTools protocol: ghost text streams in, Tab takes it, Ctrl+Right
+takes a word, Esc dismisses. Also: the page's msgpack codec (@msgpack/msgpack) against Python's
+msgpack, both directions, and the page's own node tests."""
 from __future__ import annotations
 
 import base64
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -67,18 +69,28 @@ FRAMES = [
 ]
 
 
-@pytest.mark.skipif(NODE is None, reason="node not installed")
+def needs_node_modules():
+    if NODE is None or shutil.which("npm") is None:
+        pytest.skip("node/npm not installed")
+    if not (WEB / "node_modules" / "@codemirror" / "view").is_dir():
+        pytest.skip("dependencies not installed: run `npm ci` in editor-plugin/web")
+
+
 def test_msgpack_codec_agrees_with_python_msgpack(tmp_path):
     """Python packs → the page's codec decodes and re-encodes → Python unpacks the same values."""
-    script = tmp_path / "roundtrip.mjs"
+    needs_node_modules()
+    script = WEB / "node_modules" / ".roundtrip-test.mjs"  # resolves @msgpack/msgpack like the page
     script.write_text(
-        f"import {{ encode, decode }} from {json.dumps((WEB / 'msgpack.js').as_uri())};\n"
+        "import { encode, decode } from '@msgpack/msgpack';\n"
         "const input = JSON.parse(process.argv[2]);\n"
         "const out = input.map((h) => Buffer.from(encode(decode(Buffer.from(h, 'hex')))).toString('hex'));\n"
         "process.stdout.write(JSON.stringify(out));\n")
     packed = [msgpack.packb(f, use_bin_type=True).hex() for f in FRAMES]
-    r = subprocess.run([NODE, str(script), json.dumps(packed)], capture_output=True, text=True, timeout=60,
-                       check=False)
+    try:
+        r = subprocess.run([NODE, str(script), json.dumps(packed)], capture_output=True, text=True, timeout=60,
+                           check=False)
+    finally:
+        script.unlink()
     assert r.returncode == 0, r.stderr
     back = [msgpack.unpackb(bytes.fromhex(h), raw=False) for h in json.loads(r.stdout)]
     assert back == FRAMES
@@ -86,9 +98,9 @@ def test_msgpack_codec_agrees_with_python_msgpack(tmp_path):
     assert json.loads(r.stdout) == packed
 
 
-@pytest.mark.skipif(NODE is None, reason="node not installed")
 def test_page_unit_tests_pass():
-    """editor-plugin/web/test: msgpack spec vectors, the protocol client on a fake socket, ghost rules."""
+    """editor-plugin/web/test: the protocol client on a fake socket, ghost rules and CodeMirror state."""
+    needs_node_modules()
     r = subprocess.run([NODE, "--test", "test/"], cwd=WEB, capture_output=True, text=True, timeout=120,
                        check=False)
     out = r.stdout + r.stderr
@@ -172,6 +184,10 @@ def chromium(tmp_path):
 
 @pytest.fixture
 def static_site(tmp_path):
+    """The page's folder over HTTP, after `npm run build` (esbuild: dist/editor.js)."""
+    needs_node_modules()
+    r = subprocess.run(["npm", "run", "build"], cwd=WEB, capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
                              "--directory", str(WEB)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -211,53 +227,69 @@ def completer_serve(tmp_path, parrot_pair):  # noqa: F811 (the imported fixture)
 
 def page_state(cdp: Cdp) -> dict:
     return cdp.js("""(() => {
-      const e = document.getElementById('editor'), g = document.getElementById('ghost');
-      if (!document.body || !e) return { state: 'loading', ghost: '', value: '', latency: '', errors: [] };
+      const v = window.completerView, g = document.querySelector('.cm-ghost');
+      if (!v) return { state: 'loading', ghost: '', value: '', latency: '', errors: [] };
       return { state: document.body.dataset.state, ghost: g ? g.textContent : '',
-               value: e.value, cursor: e.selectionStart, latency: document.getElementById('latency').textContent,
+               value: v.state.doc.toString(), cursor: v.state.selection.main.head,
+               latency: document.getElementById('latency').textContent,
                errors: [...document.querySelectorAll('#errors li')].map((li) => li.textContent),
                status: document.getElementById('status').textContent };
     })()""")
 
 
+def wait_ghost(cdp: Cdp, latency_before: str) -> dict:
+    """A ghost text that streamed in (a chunk before the done frame) and its done frame."""
+    def finished():
+        s = page_state(cdp)
+        return s if s["ghost"].strip() and "page:" in s["latency"] and s["latency"] != latency_before else None
+    s = wait_for(finished, 60, "a streamed ghost text and its done frame", step=0.2, detail=lambda: page_state(cdp))
+    assert s["errors"] == [], s["errors"]
+    assert "TTFT" in s["latency"] and re.search(r"first chunk \d+ ms", s["latency"]), s["latency"]
+    return s
+
+
 def drive_page(cdp: Cdp, page_url: str, shot: Path) -> None:
-    """Open the page, type a statement, wait for a finished ghost text, take a word, then the rest."""
+    """Open the page, type a statement, see the ghost, Tab; again with Ctrl+Right; again with Esc."""
     cdp.call("Page.enable")
     cdp.call("Page.navigate", url=page_url)
     wait_for(lambda: page_state(cdp)["state"] == "ready", 60, "the page to connect to completer serve",
              detail=lambda: page_state(cdp))
-    cdp.js("(() => { const e = document.getElementById('editor'); e.focus();"
-           " e.setSelectionRange(e.value.length, e.value.length); })()")
-    before = page_state(cdp)["value"]
+    cdp.js("(() => { const v = window.completerView; v.focus();"
+           " v.dispatch({ selection: { anchor: v.state.doc.length } }); })()")
+    before = page_state(cdp)
     cdp.type("    return fibonacci(n - 1) + ")
-    typed = before + "    return fibonacci(n - 1) + "
-
-    def finished_ghost():
-        s = page_state(cdp)
-        return s if s["ghost"].strip() and "page:" in s["latency"] else None
-    s = wait_for(finished_ghost, 60, "a streamed ghost text and its done frame", step=0.2,
-                 detail=lambda: page_state(cdp))
+    typed = before["value"] + "    return fibonacci(n - 1) + "
+    s = wait_ghost(cdp, before["latency"])
     assert s["value"] == typed and s["cursor"] == len(typed)
-    assert s["errors"] == [], s["errors"]
-    assert "TTFT" in s["latency"] and "first chunk" in s["latency"], s["latency"]
     ghost = s["ghost"]
     shot.write_bytes(base64.b64decode(cdp.call("Page.captureScreenshot", format="png")["data"]))
+    cdp.key("Tab", "Tab", 9)
+    s = wait_for(lambda: (p := page_state(cdp))["value"] != typed and p, 10, "Tab to take the ghost")
+    assert s["value"] == typed + ghost and s["cursor"] == len(typed + ghost)
+    assert s["ghost"] == ""
 
+    cdp.key("Enter", "Enter", 13, text="\r")
+    cdp.type("x = ")
+    typed = page_state(cdp)["value"]
+    s = wait_ghost(cdp, s["latency"])
+    ghost = s["ghost"]
     cdp.key("ArrowRight", "ArrowRight", 39, modifiers=2)  # Ctrl+Right: one word
     s = page_state(cdp)
     taken = s["value"][len(typed):]
     assert taken and ghost.startswith(taken), (taken, ghost)
     assert s["ghost"] == ghost[len(taken):]
-    if s["ghost"]:
-        cdp.key("Tab", "Tab", 9)
-        s = page_state(cdp)
-    assert s["value"] == typed + ghost
-    assert s["cursor"] == len(typed + ghost)
+
+    cdp.type(" + ")
+    s = wait_ghost(cdp, s["latency"])
+    value = s["value"]
+    cdp.key("Escape", "Escape", 27)
+    s = page_state(cdp)
+    assert s["ghost"] == "" and s["value"] == value
 
 
 def test_page_streams_ghost_text_and_accepts_it(chromium, static_site, completer_serve, tmp_path):
     from urllib.parse import quote
 
-    shot = Path(os.environ.get("EDITOR_SCREENSHOT_DIR", tmp_path)) / "web-demo.png"
+    shot = Path(os.environ.get("EDITOR_SCREENSHOT_DIR", tmp_path)) / "web-editor.png"
     drive_page(chromium, f"{static_site}/index.html?ws={quote(completer_serve, safe='')}", shot)
     print(f"screenshot: {shot}")

@@ -1,7 +1,10 @@
 // The demo page's logic without the DOM: the WebSocket client for `completer serve`
 // (hello, complete with streamed chunks, warmup, cancel, feedback, error frames) and the
-// ghost-text rules (triggers, word-by-word accept, type-through). app.js wires it to the page.
-import { encode, decode } from "./msgpack.js";
+// ghost-text rules (triggers, word and line accept, type-through). editor.js wires it to the page.
+import { decode, encode as encodeAll } from "@msgpack/msgpack";
+
+/** Frames leave out absent fields (undefined) rather than sending nil. */
+const encode = (frame) => encodeAll(frame, { ignoreUndefined: true });
 
 /** Characters after which the server is asked to prefill (warmup) before the request comes. */
 export const WARMUP_TRIGGERS = ["\n", "(", "=", ":"];
@@ -20,6 +23,15 @@ export function nextWord(ghost) {
   const m = ghost.match(/^[ \t]*(?:\n|[A-Za-z0-9_]+|[^A-Za-z0-9_\s]+)?/);
   const piece = m ? m[0] : "";
   return piece.length > 0 ? piece : ghost.slice(0, 1);
+}
+
+/**
+ * The next piece a line-by-line accept takes from `ghost`: the rest of the current line, or,
+ * when the ghost starts with a line break, the break and the next line.
+ */
+export function nextLine(ghost) {
+  const m = ghost.match(/^\n?[^\n]*/);
+  return m[0];
 }
 
 /**

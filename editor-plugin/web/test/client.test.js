@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { encode, decode } from "../msgpack.js";
+import { decode, encode } from "@msgpack/msgpack";
 import { CompleterClient, formatStats, isWarmupTrigger, nextWord, typeThrough, withToken } from "../client.js";
 
 /** A stand-in for the browser WebSocket: records sent frames, lets the test play the server. */
@@ -10,7 +10,10 @@ class FakeSocket {
   send(bytes) { this.sent.push(decode(bytes)); }
   close() { this.readyState = 3; this.onclose?.({ code: 1000, reason: "" }); }
   open() { this.readyState = 1; this.onopen(); }
-  serve(frame) { this.onmessage({ data: encode(frame).buffer }); }
+  serve(frame) {
+    const b = encode(frame); // a browser hands over exactly the frame's bytes as an ArrayBuffer
+    this.onmessage({ data: b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength) });
+  }
 }
 
 function connected(opts = {}) {
