@@ -7,8 +7,8 @@ torch spends ~5 µs dispatching each small op, NumPy ~1 µs, so the glue (norms,
 write, attention, SiLU, residuals) runs in NumPy on zero-copy views. The products go to whichever
 kernel measured fastest for the weight's storage (bench/peers.py; 2 AVX2/AVX-512 cores):
 
-- float32: NumPy (OpenBLAS) for one token and for small products (a draft's), torch (MKL /
-  oneDNN) for larger ones: OpenBLAS at 2-16 rows is 2-5x slower;
+- float32: NumPy (OpenBLAS): GEMV per row up to 3 rows, GEMM beyond (one thread, torch's MKL
+  GEMM measured no faster at 1-16 rows);
 - fp16 storage (`--quant fp16`, `auto`): fbgemm's fp16 GEMM (half the bytes read, fp32 math),
   whose cost barely grows from 1 to 9 rows;
 - int8 (`--quant fast-int8`): fbgemm's dynamic int8 GEMM.
@@ -16,9 +16,9 @@ kernel measured fastest for the weight's storage (bench/peers.py; 2 AVX2/AVX-512
 Long forwards (prompt prefill, > SHORT tokens) stay on torch's batched path (`LlamaRunner`),
 whose fused attention wins there.
 
-NumPy's OpenBLAS is held to one thread: at these sizes its worker threads only wait on each
-other and on torch's, and while another process holds a core a 2-token forward took 8 ms instead
-of 0.9 (measured with a training job on the second core).
+The step runs on one thread (NumPy's OpenBLAS and torch's kernels alike): at these sizes worker
+threads only wait on each other, and while another process holds a core a parallel region stalls
+(a 2-token forward took 8 ms instead of 0.9 with a training job on the second core).
 
 Eligible (`eligible`): CPU, float32 compute, each matrix dense float32 or fbgemm-packed fp16 /
 int8, and a layout (families.py) with RMSNorm and a gated SiLU MLP: Llama (RoPE scaling lives in
@@ -68,10 +68,6 @@ def eligible(w) -> bool:
     return all(_kernel_ok(m) for m in mats)
 
 
-# float32: one row (a GEMV), or a product up to this many multiply-adds, goes to NumPy (1 thread,
-# 1 µs to dispatch); larger ones to torch (OpenBLAS at 2-16 rows is 2-5x slower than MKL/oneDNN).
-# Measured on the embedded pair's shapes: a 288x864 GEMM breaks even at ~4 rows.
-_NUMPY_MAX = 1 << 20
 MatMul = Callable[[np.ndarray], np.ndarray]  # x [T, in] float32 → x @ W.T [T, out] float32
 
 
@@ -83,13 +79,12 @@ def _matmul(w) -> MatMul:
     if isinstance(w, Int8Weight):
         op, packed = torch.ops.quantized.linear_dynamic, w._packed
         return lambda x: op(torch.from_numpy(np.ascontiguousarray(x)), packed, True).numpy()
-    wt = w.T  # [in, out] torch view
-    wn = wt.contiguous().numpy()  # a view when stored transposed-contiguous (runner.py)
+    wn = w.T.contiguous().numpy()  # [in, out]: a view when stored transposed-contiguous (runner.py)
 
     def dense(x: np.ndarray) -> np.ndarray:
-        if x.shape[0] == 1 or x.shape[0] * wn.size <= _NUMPY_MAX:
-            return x @ wn
-        return (torch.from_numpy(x) @ wt).numpy()
+        if 1 < x.shape[0] <= 3:  # OpenBLAS's GEMM at 2-3 rows costs 2-4x as many GEMVs (measured)
+            return np.stack([row @ wn for row in x])
+        return x @ wn
     return dense
 
 
@@ -143,6 +138,10 @@ class NumpyRunner(LlamaRunner):
     torch, whose batched kernels win there."""
 
     SHORT = 32  # tokens; NumPy (1 thread) ≈ torch at 64 on 2 AVX2 cores; prefill goes to torch
+    # A short forward is ~35 small products: with 2 torch threads each is a parallel region that
+    # stalls whenever another process holds a core (an editor, a build, another model). Measured
+    # on 2 shared cores in one run: 0.5B fast-int8 step 25 ms on 1 thread vs 600 ms on 2; the
+    # embedded target 2.1 vs 23 ms. Prefill keeps torch's threads.
 
     def __init__(self, weights: LlamaWeights, max_len: int | None = None):
         w = weights
@@ -179,15 +178,22 @@ class NumpyRunner(LlamaRunner):
         win = self.layout.sliding_window
         lo = 0 if win is None else max(0, p + 1 - win)  # keys [lo, P) are visible (see _attn_span)
         x = W.embed(new_ids)  # [T, D]
-        mask = None
-        if T > 1 or lo > 0:
+        mask = None  # added to the scores' last columns: [T, T] causal, or [T, P-lo] with a window
+        if win is None and T > 1:
+            mask = np.triu(np.full((T, T), -np.inf, dtype=np.float32), 1)
+        elif win is not None and (T > 1 or lo > 0):
             q, k = np.arange(p, P)[:, None], np.arange(lo, P)[None]
-            ok = (k <= q) if win is None else (k <= q) & (k > q - win)
-            mask = None if ok.all() else np.where(ok, np.float32(0), np.float32(-np.inf))  # [T, P-lo]
-        with np.errstate(over="ignore"):  # SiLU: exp(-gate) = inf gives its limit, 0
-            x = self._layers(x, p, T, lo, mask, self.rot_np[p:P])
+            mask = np.where((k <= q) & (k > q - win), np.float32(0), np.float32(-np.inf))
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # one thread: see the note at SHORT
+        try:
+            with np.errstate(over="ignore"):  # SiLU: exp(-gate) = inf gives its limit, 0
+                x = self._layers(x, p, T, lo, mask, self.rot_np[p:P])
+            logits = W.head(self._rms(x, W.norm))
+        finally:
+            torch.set_num_threads(threads)
         self.ids.extend(new_ids)
-        return torch.from_numpy(W.head(self._rms(x, W.norm)))
+        return torch.from_numpy(logits)
 
     def _layers(self, x: np.ndarray, p: int, T: int, lo: int, mask: np.ndarray | None,
                 rot: np.ndarray) -> np.ndarray:
@@ -207,7 +213,7 @@ class NumpyRunner(LlamaRunner):
             q = qk[:, :H].transpose(1, 0, 2).reshape(Hkv, g, T, hd)  # query heads grouped by KV head
             s = (q @ self.k_np[li, :, None, lo:P].swapaxes(-1, -2)) * scale  # [Hkv, g, T, P-lo]
             if mask is not None:
-                s += mask
+                s[..., P - lo - mask.shape[1]:] += mask
             s = np.exp(s - s.max(-1, keepdims=True))
             s /= s.sum(-1, keepdims=True)
             o = (s @ self.v_np[li, :, None, lo:P]).reshape(H, T, hd).transpose(1, 0, 2).reshape(T, H * hd)
