@@ -50,6 +50,7 @@ def lsp_cmd() -> list[str]:
 
 SETUP_LUA = r"""
 vim.cmd('filetype plugin indent on')
+vim.cmd('syntax on')
 vim.opt.runtimepath:prepend(%(plugin)s)
 vim.cmd('runtime plugin/completer.lua')
 vim.o.swapfile = false
@@ -104,6 +105,16 @@ function T.health()
   return vim.json.encode(lines)
 end
 function T.prev_tab() return vim.json.encode(_G.prev_tab) end
+-- A request at the cursor straight to the server, past the plugin's own switches.
+function T.ask()
+  local c = vim.lsp.get_clients({ name = 'completer', bufnr = 0 })[1]
+  local params = vim.lsp.util.make_position_params(0, c.offset_encoding)
+  params.context = { triggerKind = 1 }
+  local r = c:request_sync('textDocument/inlineCompletion', params, 20000, 0)
+  if not r or r.err then return vim.json.encode({ err = r and r.err.message or 'timeout' }) end
+  local result = r.result or {}
+  return vim.json.encode({ items = result.items or result })
+end
 function T.server_stats()
   local s, err = require('completer').server_stats(0, 5000)
   return vim.json.encode({ stats = s or vim.NIL, err = err or vim.NIL })
@@ -184,6 +195,83 @@ def nvim_session(request, tmp_path, parrot_pair):  # noqa: F811 (the imported fi
             print("--- nvim output ---\n" + log[-4000:])
 
 
+SGR = re.compile(r"\x1b\[([0-9;]*)m")
+
+
+def screen_capture(nv: Nvim, width: int = 72, height: int = 14) -> str:
+    """What Neovim draws, with colours: a terminal UI attached to the headless editor inside a
+    detached tmux of `width`x`height`, captured with its escape codes (`tmux capture-pane -e`)."""
+    nv.expr('execute("set termguicolors")')  # a headless editor does not detect the colours itself
+    session = f"completer-test-{os.getpid()}"
+    env = "env TERM=tmux-256color COLORTERM=truecolor"
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(width), "-y", str(height),
+                    f"{env} {NVIM} --server {nv.sock} --remote-ui"], check=True, timeout=30)
+    try:
+        def drawn():
+            out = subprocess.run(["tmux", "capture-pane", "-p", "-e", "-t", session], capture_output=True,
+                                 text=True, timeout=30, check=True).stdout
+            return out if "38;2;" in out else None
+        time.sleep(1.0)  # let the first full redraw land
+        return nv.wait(drawn, 20, "the attached UI to draw")
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], timeout=30, check=False)
+
+
+def ansi_cells(ansi: str) -> list[list[tuple[str, str, str, bool]]]:
+    """Rows of (char, fg, bg, italic) from a truecolor capture."""
+    rows, fg, bg, italic = [], "#e0e2ea", "#14161b", False
+    for line in ansi.rstrip("\n").split("\n"):
+        row, pos = [], 0
+        for m in [*SGR.finditer(line), None]:
+            text = line[pos:m.start() if m else len(line)]
+            row += [(c, fg, bg, italic) for c in text]
+            if m is None:
+                break
+            pos = m.end()
+            codes = [int(c) for c in m.group(1).split(";") if c] or [0]
+            i = 0
+            while i < len(codes):
+                c = codes[i]
+                if c in (38, 48) and codes[i + 1:i + 2] == [2]:
+                    color = "#%02x%02x%02x" % tuple(codes[i + 2:i + 5])
+                    fg, bg = (color, bg) if c == 38 else (fg, color)
+                    i += 5
+                    continue
+                if c == 0:
+                    fg, bg, italic = "#e0e2ea", "#14161b", False
+                elif c == 3:
+                    italic = True
+                elif c == 23:
+                    italic = False
+                i += 1
+        rows.append(row)
+    return rows
+
+
+def save_png(rows: list, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    w, h = max(len(r) for r in rows), len(rows)
+    fig = plt.figure(figsize=(w * 0.1, h * 0.2), dpi=100)
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(0, w)
+    ax.set_ylim(h, 0)
+    ax.axis("off")
+    ax.add_patch(Rectangle((0, 0), w, h, color="#14161b"))
+    for y, row in enumerate(rows):
+        for x, (ch, fg, bg, italic) in enumerate(row):
+            if bg != "#14161b":
+                ax.add_patch(Rectangle((x, y), 1, 1, color=bg, linewidth=0))
+            if ch.strip():
+                ax.text(x + 0.05, y + 0.78, ch, color=fg, family="DejaVu Sans Mono", fontsize=10,
+                        style="italic" if italic else "normal")
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def wait_ready(nv: Nvim) -> dict:
     def ready():
         st = nv.lua("T.state()")
@@ -216,6 +304,14 @@ def test_ghost_text_appears_and_get_accepts_it(nvim_session):
     shown = "\n".join(ghost[0]["lines"])
     typed = nv.buffer()
     assert typed == before + "\n    y = x + "
+    if shutil.which("tmux"):
+        # The screen as a user sees it: the ghost after the typed text, in its own colour.
+        rows = ansi_cells(screen_capture(nv))
+        line = next(r for r in rows if "".join(c[0] for c in r).rstrip().endswith("y = x + " + shown))
+        text = "".join(c[0] for c in line).rstrip()
+        ghost_cells, typed_cells = line[len(text) - len(shown):len(text)], line[len(text) - 3:len(text) - len(shown)]
+        assert {c[1] for c in ghost_cells}.isdisjoint({c[1] for c in typed_cells}), line
+        save_png(rows, Path(os.environ.get("EDITOR_SCREENSHOT_DIR", nv.sock.rsplit("/", 1)[0])) / "nvim-ghost.png")
 
     assert nv.lua("T.accept()") is True
     after = nv.wait(lambda: (b := nv.buffer()) != typed and b, 10, "the accepted text in the buffer")
@@ -286,13 +382,19 @@ def messages(nv: Nvim) -> str:
 def test_disable_stops_requests_and_tab_falls_through(nvim_session):
     nv = nvim_session
     wait_ready(nv)
-    nv.send("<Esc>:Completer disable<CR>")
-    assert nv.lua("require('completer').allowed(0)") is False
+    ghost_after(nv, "GA<CR>    w = ")
+    assert nv.lua("T.ask()").get("items"), "the server answers here while on"
+    # Off: the server is told (workspace/didChangeConfiguration) and answers the same request
+    # empty; the client stops asking and drops the ghost.
+    nv.send("<C-o>:Completer disable<CR>")
+    nv.wait(lambda: nv.lua("require('completer').allowed(0)") is False, 10, ":Completer disable")
+    assert nv.lua("T.ask()") == {"items": []}
     before, offered = server_requests(nv), nv.lua("T.state()")["counters"]["offered"]
-    # Typing while off: no ghost text, so <Tab> runs the mapping it had before the plugin.
-    nv.send("GA<CR>    w = <Tab>")
+    # No ghost text, so <Tab> runs the mapping it had before the plugin.
+    nv.send("<Tab>")
     nv.wait(lambda: nv.buffer().endswith("\n    w = T"), 10, "<Tab> to fall through to the previous mapping")
     assert nv.lua("T.prev_tab()") == 1
+    nv.send("<CR>    q = ")
     time.sleep(1.0)  # longer than the debounce: a request would have been sent by now
     assert server_requests(nv) == before
     assert nv.lua("T.state()")["counters"]["offered"] == offered
