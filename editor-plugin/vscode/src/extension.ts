@@ -25,10 +25,9 @@ let client: LanguageClient | undefined;
 /** The switches for a document of `language` (or the active editor's), now. */
 function switchState(snoozedUntil: number | undefined, language?: string): SwitchState {
   language ??= vscode.window.activeTextEditor?.document.languageId;
-  const global = vscode.workspace.getConfiguration("completer").inspect<boolean>("enable");
+  const enabled = vscode.workspace.getConfiguration("completer").get<boolean>("enable") !== false;
   const forLanguage = language ? vscode.workspace.getConfiguration("completer", { languageId: language }).get<boolean>("enable") : true;
-  return { enabled: global?.globalValue ?? global?.defaultValue ?? true, language,
-           languageEnabled: forLanguage !== false, snoozedUntil, now: Date.now() };
+  return { enabled, language, languageEnabled: forLanguage !== false, snoozedUntil, now: Date.now() };
 }
 
 function readSettings(): Record<string, unknown> {
