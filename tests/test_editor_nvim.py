@@ -407,7 +407,9 @@ def test_disable_stops_requests_and_tab_falls_through(nvim_session):
     nv.send(":Completer toggle buffer<CR>:Completer disable filetype<CR>")
     assert nv.expr('luaeval("select(2, require(\'completer\').allowed(0))")').strip() == \
         "disabled for filetype python"
-    nv.send(":Completer enable filetype<CR>")
+    nv.send(":Completer enable filetype<CR>:Completer snooze 5<CR>")
+    assert nv.expr('luaeval("select(2, require(\'completer\').allowed(0))")').strip() == "snoozed for 5 min"
+    nv.send(":Completer snooze 0<CR>")
     assert nv.lua("require('completer').allowed(0)") is True
     ghost = ghost_after(nv, "A + ")
     assert ghost and server_requests(nv) > before
@@ -435,6 +437,17 @@ def test_lsp_config_users_and_checkhealth(nvim_session):
                  "test: previous Tab", "<C-Right> (accept_word): no conflict"):
         assert any(want in line for line in ok_lines), (want, report)
     assert "ERROR" not in report, report
+
+    # :Completer restart: a new server attaches to the open buffer and completes again.
+    def ids():
+        return nv.lua("vim.json.encode(vim.tbl_map(function(c) return c.id end, "
+                      "vim.lsp.get_clients({ name = 'completer', bufnr = 0 })))")
+    first = ids()
+    assert len(first) == 1
+    nv.send(":Completer restart<CR>")
+    nv.wait(lambda: (now := ids()) and now != first, 60, "a new server to attach")
+    wait_ready(nv)
+    assert ghost_after(nv, "o    u = ")
 
 
 def test_vimdoc_tags(tmp_path):
