@@ -109,15 +109,17 @@ class Protocol(LanguageServerProtocol):
                 if has_id:
                     self.reply_error(msg_id, JsonRpcInvalidParams(f"invalid params for {method}"))
                 return None
-        if data.get("jsonrpc") == "2.0" and msg_id is not None and ("result" in data or "error" in data):
-            kind = ResponseErrorMessage if "error" in data else (
-                self._result_types.pop(msg_id, None) or JsonRPCResponseMessage)
+        if "result" in data or "error" in data:  # the client's answer to one of our requests
             key = "error" if "error" in data else "result"
-            try:  # the client's answer to one of our requests
-                return self._converter.structure({"jsonrpc": "2.0", "id": msg_id, key: data[key]}, kind)
+            kind = ResponseErrorMessage if key == "error" else (
+                self._result_types.pop(msg_id, None) or JsonRPCResponseMessage)
+            try:
+                if data.get("jsonrpc") == "2.0" and msg_id is not None:
+                    return self._converter.structure({"jsonrpc": "2.0", "id": msg_id, key: data[key]}, kind)
             except Exception:
-                log.warning("malformed response from the client: %.200r", data)
-                return None
+                pass
+            log.warning("malformed response from the client: %.200r", data)  # a response is never answered
+            return None
         self.reply_error(msg_id, JsonRpcInvalidRequest("neither a request, a notification nor a response"))
         return None
 

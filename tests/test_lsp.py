@@ -257,10 +257,19 @@ async def test_request_before_the_engine_is_ready_waits_for_it(client: LanguageC
         capabilities=client_capabilities("visual-studio-code"),
         initialization_options={"max_new_tokens": 24, "debounce_ms": 0, "device": "cpu"}))
     _open(client, _stack_source())  # at once: the models are still loading
-    got = await client.text_document_inline_completion_async(_inline(7, 19))
-    assert got.items and got.items[0].insert_text.strip()
+    # a waiting request ends on $/cancelRequest, and when a newer one for its document comes
+    fut = client.protocol.send_request(t.TEXT_DOCUMENT_INLINE_COMPLETION, _inline(7, 19), msg_id="w1")
+    client.protocol.notify(t.CANCEL_REQUEST, t.CancelParams(id="w1"))
+    with pytest.raises(JsonRpcException) as err:
+        await asyncio.wrap_future(fut)
+    assert err.value.code == t.LSPErrorCodes.RequestCancelled
+    older = client.text_document_inline_completion_async(_inline(7, 19))
+    older, got = await asyncio.gather(older, client.text_document_inline_completion_async(_inline(7, 19)))
+    assert not older.items
+    assert got.items and got.items[0].insert_text.strip()  # the newest one is answered once ready
     stats = await _stats(client)
-    assert stats.waited_for_engine == 1 and stats.loads == 1 and stats.engine == "ready"
+    assert stats.superseded == 1 and stats.waited_for_engine >= 2  # (the cancelled one may not have started)
+    assert stats.loads == 1 and stats.engine == "ready"
     # $/progress: begin at 0 %, reports with rising percentages up to 100 %, end
     (reports,) = [r for tok, r in client.progress_reports.items() if str(tok).startswith("completer/load-models")]
     assert isinstance(reports[0], t.WorkDoneProgressBegin) and reports[0].percentage == 0

@@ -86,8 +86,8 @@ def bodies(rng: random.Random, i: int) -> list[bytes]:
         return [rpc(method=rng.choice(METHODS), params=junk(rng))]
     if k == 7:  # not UTF-8
         return [rng.choice([b'{"jsonrpc":"2.0","id":%d,"method":"completer/stats","params":{"x":"\xff\xfe"}}' % i,
-                            b"\xff\xfe\x00{\x00", b'{"jsonrpc":"2.0","method":"textDocument/didOpen","params":'
-                            b'{"textDocument":{"uri":"file:///u.py","languageId":"python","version":1,"text":"\xc3("}}}'])]
+                            b"\xff\xfe\x00{\x00", (b'{"jsonrpc":"2.0","method":"textDocument/didOpen","params":'
+                            b'{"textDocument":{"uri":"file:///u.py","languageId":"python","version":1,"text":"\xc3("}}}')])]
     if k == 8:  # edits to unknown documents, and ranges outside the document
         uri = rng.choice(["file:///nope.py", URI])
         return [rpc(method="textDocument/didChange", params={
@@ -194,12 +194,9 @@ class Transport:
         line = self.proc.stderr.readline()  # completer-lsp: listening on tcp://127.0.0.1:PORT
         assert b"listening on" in line, line
         threading.Thread(target=self._drain, daemon=True).start()
-        port = int(line.rsplit(b":", 1)[1])
+        self.port = port = int(line.rsplit(b":", 1)[1])
         if kind == "tcp":
-            self.sock = socket.create_connection(("127.0.0.1", port))
-            self.raw = self.sock.sendall
-            self.send = lambda body: self.raw(frame(body))
-            threading.Thread(target=read_stream, args=(self.sock.makefile("rb"), self.out), daemon=True).start()
+            self.connect()
             return
         from websockets.sync.client import connect
 
@@ -214,6 +211,14 @@ class Transport:
             except Exception:  # the connection closed
                 return
         threading.Thread(target=read_ws, daemon=True).start()
+
+    def connect(self) -> socket.socket:
+        """A (new) TCP connection, now the one `send` and `raw` use."""
+        self.sock = socket.create_connection(("127.0.0.1", self.port))
+        self.raw = self.sock.sendall
+        self.send = lambda body: self.raw(frame(body))
+        threading.Thread(target=read_stream, args=(self.sock.makefile("rb"), self.out), daemon=True).start()
+        return self.sock
 
     def _ws_send(self, body: bytes) -> None:
         """A text message when the body is UTF-8, else a binary one: each is one JSON-RPC body."""
@@ -306,5 +311,38 @@ def test_transport_survives_hostile_frames(kind):
         log = b"".join(srv.stderr).decode(errors="replace")
         assert "message handling failed" not in log, log[-3000:]
         print(f"{kind}: {sent} frames, {srv.out.count} messages back, RSS {rss[0]} → {rss[-1]} kB")
+    finally:
+        srv.close()
+
+
+def test_tcp_serves_one_client_at_a_time_and_a_new_session_after_it():
+    with socket.socket() as s:  # an engine address where nothing listens: the load fails at once
+        s.bind(("127.0.0.1", 0))
+        engine = f"ws://127.0.0.1:{s.getsockname()[1]}"
+    srv = Transport("tcp")
+    try:
+        options = {"capabilities": {}, "initializationOptions": {"engine": engine, "engine_retries": 0}}
+        assert "result" in srv.request("init", "initialize", options)
+        srv.send(rpc(method="initialized", params={}))
+        srv.send(rpc(method="textDocument/didOpen", params={"textDocument": {
+            "uri": URI, "languageId": "python", "version": 1, "text": "x = 1\n"}}))
+        assert srv.request("s1", "completer/stats")["result"]["documents"] == 1
+        with socket.create_connection(("127.0.0.1", srv.port)) as second:  # refused while the first is on
+            second.settimeout(30)
+            assert second.recv(1) == b""
+        srv.sock.shutdown(socket.SHUT_RDWR)  # the first client leaves; the next one has a session of its own
+        for attempt in range(20):  # refused until the server has seen the first one go
+            srv.connect()
+            try:
+                assert "result" in srv.request(f"init{attempt}", "initialize", options, timeout=2)
+                break
+            except AssertionError:
+                srv.sock.close()
+        else:
+            raise AssertionError("no new session after the first client left")
+        stats = srv.request("s2", "completer/stats")["result"]
+        assert stats["documents"] == 0 and stats["loads"] == 1  # a new session; the engine is kept
+        srv.send(rpc(method="exit"))  # without shutdown: exit code 1, as the spec says
+        assert srv.proc.wait(timeout=30) == 1
     finally:
         srv.close()
