@@ -113,13 +113,13 @@ class Protocol(LanguageServerProtocol):
             key = "error" if "error" in data else "result"
             kind = ResponseErrorMessage if key == "error" else (
                 self._result_types.pop(msg_id, None) or JsonRPCResponseMessage)
-            try:
-                if data.get("jsonrpc") == "2.0" and msg_id is not None:
-                    return self._converter.structure({"jsonrpc": "2.0", "id": msg_id, key: data[key]}, kind)
-            except Exception:
-                pass
-            log.warning("malformed response from the client: %.200r", data)  # a response is never answered
-            return None
+            try:  # a response is never answered, even a malformed one
+                if data.get("jsonrpc") != "2.0" or msg_id is None:
+                    raise ValueError('"jsonrpc": "2.0" and an integer or string id expected')
+                return self._converter.structure({"jsonrpc": "2.0", "id": msg_id, key: data[key]}, kind)
+            except Exception as e:
+                log.warning("malformed response from the client (%s): %.200r", e, data)
+                return None
         self.reply_error(msg_id, JsonRpcInvalidRequest("neither a request, a notification nor a response"))
         return None
 
@@ -205,24 +205,17 @@ def _get(params: Any, name: str, default: Any = None) -> Any:
     return getattr(params, name, default)
 
 
-def _plain(value: Any) -> Any:
-    """LSPAny as pygls hands it over (namedtuples for objects) back to plain JSON values."""
-    if hasattr(value, "_asdict"):
-        return {k: _plain(v) for k, v in value._asdict().items()}
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
 def build(cli: dict | None = None) -> CompleterServer:
     ls = CompleterServer(cli)
 
     @ls.feature(t.INITIALIZE)
     def initialize(ls: CompleterServer, params: t.InitializeParams):
         root = to_fs_path(params.root_uri) if params.root_uri else params.root_path
-        opts, ls.warnings = parse_options(params.initialization_options, cli=ls.cli, root=root)
+        try:
+            opts, ls.warnings = parse_options(params.initialization_options, cli=ls.cli, root=root)
+        except (OSError, ValueError) as e:  # a root the OS refuses (NUL byte, name too long)
+            opts, ls.warnings = parse_options(params.initialization_options, cli=ls.cli)
+            ls.warnings.append(f"workspace root unusable ({str(e)[:200]}): no project .completer.toml read")
         enc = ls.workspace.position_encoding
         ls.service.configure(opts, str(getattr(enc, "value", enc) or "utf-16"))
 
@@ -235,7 +228,7 @@ def build(cli: dict | None = None) -> CompleterServer:
 
     @ls.feature(t.WORKSPACE_DID_CHANGE_CONFIGURATION)
     async def did_change_configuration(ls: CompleterServer, params: t.DidChangeConfigurationParams):
-        opts, warnings = update_options(ls.service.options, _plain(params.settings))
+        opts, warnings = update_options(ls.service.options, params.settings)
         for w in warnings:
             ls.say("warning", w)
         changed = ls.service.update(opts)

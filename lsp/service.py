@@ -170,7 +170,7 @@ class Service:
             self._background(self.engine.forget, uri)  # free the document's KV cache
 
     def close_all(self) -> None:
-        for uri in [*self.pending, *self.docs._docs]:
+        for uri in {*self.pending, *self.docs._docs}:
             self.close(uri)
 
     def change(self, uri: str, version: int, edits: list[Edit]) -> None:
