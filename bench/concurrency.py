@@ -6,8 +6,10 @@ characters, requests a completion, waits for `done`, thinks briefly, and repeats
 loop). The server runs as a subprocess (`python -m completer.cli serve`) in three setups:
 `on` (`--max-batch 16`, the batched step's verify-token budget `--batch-step-tokens`),
 `on-nocap` (`--max-batch 16 --batch-step-tokens 0`: every member drafts its adaptive length) and
-`off` (`--max-batch 1`: one generation at a time). An `overloaded` error with a retry hint is
-retried after it (counted); any other error is counted and reported.
+`off` (`--max-batch 1`: one generation at a time). The three servers run side by side and the
+loads take turns (`--repeats` rounds, each round every setup once), so a busy machine's drift
+hits them alike; the table gives each setup's medians over the rounds. An `overloaded` error
+with a retry hint is retried after it (counted); any other error is counted and reported.
 
     python bench/concurrency.py [--target DIR --draft DIR] [--editors 1 4 16 32] [--requests 6]
 """
@@ -19,6 +21,7 @@ import json
 import os
 import random
 import re
+import statistics
 import subprocess
 import sys
 import threading
@@ -31,7 +34,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from keystrokes import OUT, pct, pick_sites
-
 
 SETUPS = (("on", 16, None), ("on-nocap", 16, 0), ("off", 1, 0))  # (name, --max-batch, --batch-step-tokens)
 
@@ -86,11 +88,11 @@ async def editor(url: str, site, n: int, seed: int, rows: list, errors: dict) ->
             await asyncio.sleep(rng.uniform(0.02, 0.08))  # the user reads the ghost text
 
 
-async def load(url: str, sites, editors: int, n: int) -> dict:
+async def load(url: str, sites, editors: int, n: int, seed: int) -> dict:
     rows: list = []
     errors: dict = {}
     t0 = time.perf_counter()
-    await asyncio.gather(*(editor(url, sites[i % len(sites)], n, i, rows, errors) for i in range(editors)))
+    await asyncio.gather(*(editor(url, sites[i % len(sites)], n, seed + i, rows, errors) for i in range(editors)))
     wall = time.perf_counter() - t0
     lat = [r["latency_ms"] for r in rows]
     return {"editors": editors, "requests": len(rows), "wall_s": round(wall, 2),
@@ -109,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new", type=int, default=24)
     ap.add_argument("--batch-wait-ms", type=float, default=2.0)
     ap.add_argument("--step-tokens", type=int, default=32, help="--batch-step-tokens of the `on` setup")
+    ap.add_argument("--repeats", type=int, default=3, help="rounds; each round runs every setup once")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--head-tokens", type=int, default=600)
     ap.add_argument("--out", type=Path, default=OUT / "concurrency.json")
@@ -119,23 +122,35 @@ def main(argv: list[str] | None = None) -> int:
     tok = load_tokenizer(a.target or str(DEFAULT_TARGET))
     sites = pick_sites(lambda s: len(tok.encode(s, add_special_tokens=False).ids), max(a.editors), 200,
                        a.head_tokens, random.Random(0))
-    results = []
-    for batching, max_batch, step_tokens in SETUPS:
-        p, url = start_server(a, max_batch, step_tokens)
-        try:
-            for e in a.editors:
-                r = asyncio.run(load(url, sites, e, a.requests))
-                r["batching"] = batching
-                results.append(r)
-        finally:
+    servers = {}
+    try:
+        for name, max_batch, step_tokens in SETUPS:
+            servers[name] = start_server(a, max_batch, step_tokens)
+        results = []
+        for e in a.editors:
+            for rnd in range(a.repeats):
+                for name, (_, url) in servers.items():
+                    r = asyncio.run(load(url, sites, e, a.requests, 1000 * rnd))
+                    results.append({**r, "batching": name, "round": rnd})
+    finally:
+        for p, _ in servers.values():
             p.terminate()
             p.wait(timeout=30)
+    cols = ("req_per_s", "tokens_per_s", "p50_ms", "p90_ms", "p99_ms", "queue_p50_ms")
+    print(f"medians over {a.repeats} round(s); p99 per round in brackets")
     print(f"{'batching':8s} {'editors':>7s} {'reqs':>5s} {'req/s':>6s} {'tok/s':>7s} "
-          f"{'p50 ms':>7s} {'p90 ms':>7s} {'p99 ms':>7s} {'queue p50':>9s}  errors")
-    for r in sorted(results, key=lambda r: (r["editors"], r["batching"])):
-        print(f"{r['batching']:8s} {r['editors']:7d} {r['requests']:5d} {r['req_per_s']:6.2f} "
-              f"{r['tokens_per_s']:7.1f} {r['p50_ms']:7.1f} {r['p90_ms']:7.1f} {r['p99_ms']:7.1f} {r['queue_p50_ms']:9.1f}"
-              f"  {r['errors'] or '-'}")
+          f"{'p50 ms':>7s} {'p90 ms':>7s} {'p99 ms':>7s} {'queue p50':>9s}  errors  [p99 by round]")
+    for e in a.editors:
+        for name in servers:
+            rs = [r for r in results if r["editors"] == e and r["batching"] == name]
+            m = {c: statistics.median(r[c] for r in rs) for c in cols}
+            errs: dict = {}
+            for r in rs:
+                for k, v in r["errors"].items():
+                    errs[k] = errs.get(k, 0) + v
+            print(f"{name:8s} {e:7d} {rs[0]['requests']:5d} {m['req_per_s']:6.2f} {m['tokens_per_s']:7.1f} "
+                  f"{m['p50_ms']:7.1f} {m['p90_ms']:7.1f} {m['p99_ms']:7.1f} {m['queue_p50_ms']:9.1f}  "
+                  f"{errs or '-'}  {[round(r['p99_ms']) for r in rs]}")
     OUT.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(a).items()}, "results": results}, indent=1))
     print(f"wrote {a.out}")

@@ -11,6 +11,7 @@ stop as a before column.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -27,8 +28,8 @@ from completer.degenerate import find
 from completer.documents import parse_snapshot
 from completer.pipeline import CompletionOptions, complete_at, make_engine
 from completer.syntax import SyntaxOptions
-from completer.syntax.stop import SEEN_CHARS
 from completer.syntax.postprocess import error_count
+from completer.syntax.stop import SEEN_CHARS
 from draft_models.data import corpus_files, read_source
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -136,7 +137,7 @@ def repeats(insert: str) -> bool:
     same non-blank line twice in a row."""
     lines = [ln.strip() for ln in insert.split("\n")]
     return bool(re.search(r"(\w{2,}\W{0,3})\1\1", insert)) or any(
-        a and a == b for a, b in zip(lines, lines[1:]))
+        a and a == b for a, b in itertools.pairwise(lines))
 
 
 def variant(hole: dict, comp, ms: float) -> dict:

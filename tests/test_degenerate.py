@@ -80,10 +80,10 @@ def test_a_run_the_document_already_has_is_its_own():
     assert find(text, seen="MAGIC = " + text + "\n") is None
 
 
-def at(src: str, opts: SyntaxOptions = SyntaxOptions()):
+def at(src: str, **opts):
     snap = parse_snapshot(src.replace(CUR, ""), "python")
     off = src.index(CUR)
-    return make_stop(snap, off, gate(snap, off).mode, opts)
+    return make_stop(snap, off, gate(snap, off).mode, SyntaxOptions(**opts))
 
 
 def test_stop_composes_syntax_and_degenerate():
@@ -100,7 +100,7 @@ def test_stop_composes_syntax_and_degenerate():
 
 
 def test_the_option_turns_it_off():
-    stop = at("def g(y):\n    ‸\n", SyntaxOptions(stop_degenerate=False))
+    stop = at("def g(y):\n    ‸\n", stop_degenerate=False)
     assert stop("if y:\n        return not not not x\n") is None and stop.reason is None
 
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import degenerate
+from ..config import SyntaxOptions
 from ..documents import Snapshot
 from .gate import Mode, block_header
 from .lang import CLOSERS, OPENERS, indent_width, line_bounds, spec
-from ..config import SyntaxOptions
 
 
 @dataclass(frozen=True)
