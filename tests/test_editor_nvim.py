@@ -233,7 +233,7 @@ def ansi_cells(ansi: str) -> list[list[tuple[str, str, str, bool]]]:
             while i < len(codes):
                 c = codes[i]
                 if c in (38, 48) and codes[i + 1:i + 2] == [2]:
-                    color = "#%02x%02x%02x" % tuple(codes[i + 2:i + 5])
+                    color = "#{:02x}{:02x}{:02x}".format(*codes[i + 2:i + 5])
                     fg, bg = (color, bg) if c == 38 else (fg, color)
                     i += 5
                     continue
@@ -433,8 +433,8 @@ def test_lsp_config_users_and_checkhealth(nvim_session):
     ok_lines = [line for line in report.splitlines() if "OK" in line]
     for want in ("with vim.lsp.inline_completion", "server executable: ", "running (client ",
                  "models loaded (in-process engine)", "engine reachable: in-process engine",
-                 "completions on", "<Tab> (accept): no conflict; without ghost text it falls through to "
-                 "test: previous Tab", "<C-Right> (accept_word): no conflict"):
+                 "completions on", "<Tab> (accept): no conflict; without ghost text it falls through to test",
+                 "<C-Right> (accept_word): no conflict"):
         assert any(want in line for line in ok_lines), (want, report)
     assert "ERROR" not in report, report
 

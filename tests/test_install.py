@@ -1,5 +1,5 @@
-"""`pip install` off Linux: the dependency set resolves to wheels for macOS arm64 and Windows x86-64
-(a download resolution by pip against PyPI, nothing installed), and the modes whose packages a
+"""`pip install` off Linux: the dependency set (with the quant extra) resolves to wheels for macOS
+arm64 and Windows x86-64 (a download resolution by pip against PyPI, nothing installed), and the modes whose packages a
 platform may lack say which package to install, while the rest works without them.
 
 pip's `--platform` chooses wheel tags but evaluates environment markers against the running
@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tomllib
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python >= 3.11's tomllib")
 REPO = Path(__file__).resolve().parents[1]
 
 PLATFORMS = {
@@ -57,7 +57,8 @@ def test_dependencies_resolve_to_wheels(name, tmp_path):
     platform, env = PLATFORMS[name]
     env = {**env, "python_version": "3.11", "python_full_version": "3.11.9",
            "implementation_name": "cpython", "platform_python_implementation": "CPython"}
-    deps = project()["dependencies"]
+    proj = project()
+    deps = proj["dependencies"] + proj["optional-dependencies"]["quant"]  # `pip install completer[quant]`
     report = tmp_path / "report.json"
     r = subprocess.run(
         [sys.executable, "-c", RESOLVE, json.dumps(env), "install", "--dry-run", "--quiet", "--ignore-installed",
@@ -71,7 +72,7 @@ def test_dependencies_resolve_to_wheels(name, tmp_path):
     assert all(w.endswith(".whl") for w in wheels), wheels
     tag = platform.split("_")[0]  # macosx | win
     assert tag in got["torch"]["download_info"]["url"], got["torch"]["download_info"]["url"]
-    assert "triton" not in got
+    assert "triton" not in got and "bitsandbytes" in got
 
 
 def test_optional_packages_are_extras_or_marked():
