@@ -41,7 +41,7 @@ local function check_server(config)
     health.warn(('not running (it starts for filetypes %s)'):format(table.concat(config.filetypes or {}, ', ')))
     return
   end
-  health.ok(('running (client %d, pid %s)'):format(client.id, tostring(client.rpc.pid or '?')))
+  health.ok(('running (client %d, root %s)'):format(client.id, client.root_dir or 'none: single file'))
   local reply, err = client:request_sync('completer/stats', vim.empty_dict(), 5000)
   if not reply or reply.err then
     health.error('completer/stats failed: ' .. tostring(err or reply.err.message))
@@ -66,7 +66,8 @@ end
 local function user_buffer()
   local best
   for _, info in ipairs(vim.fn.getbufinfo({ buflisted = 1 })) do
-    if vim.bo[info.bufnr].filetype ~= 'checkhealth' and (not best or info.lastused > best.lastused) then
+    local report = vim.bo[info.bufnr].filetype == 'checkhealth' or info.name:match('^health://')
+    if not report and (not best or info.lastused > best.lastused) then
       best = info
     end
   end
