@@ -459,3 +459,19 @@ def test_vimdoc_tags(tmp_path):
     assert r.returncode == 0 and not r.stderr.strip(), r.stderr
     tags = {line.split("\t")[0] for line in (doc / "tags").read_text().splitlines()}
     assert {"completer", ":Completer", "completer-commands", "completer-keys", "completer-health"} <= tags
+
+
+def test_a_server_that_cannot_load_says_so(tmp_path):
+    """A target that does not exist: the status says failed, :checkhealth reports an ERROR."""
+    src = tmp_path / "demo.py"
+    src.write_text("x = 1\n")
+    nv = Nvim(tmp_path, lsp_cmd(), {"target": str(tmp_path / "missing"), "draft": str(tmp_path / "missing")}, src)
+    try:
+        st = nv.wait(lambda: (s := nv.lua("T.state()"))["status"]["phase"] == "failed" and s, 120,
+                     "the load to fail", step=0.25)
+        assert "failed" in st["status"]["message"]
+        assert nv.expr('luaeval("require(\'completer\').status_text()")').startswith("completer: failed")
+        report = "\n".join(nv.lua("T.health()"))
+        assert any("ERROR" in line and "engine: failed" in line for line in report.splitlines()), report
+    finally:
+        nv.close()

@@ -66,7 +66,7 @@ M.defaults = {
 
 M.config = vim.deepcopy(M.defaults)
 
---- Load state shown by `status()`: starting → loading → ready, or stopped.
+--- Load state shown by `status()`: starting → loading → ready (or failed), or stopped.
 local state = { phase = 'stopped', title = nil, message = nil, percentage = nil }
 local tokens_in_flight = {} ---@type table<string|integer, true>
 
@@ -224,7 +224,7 @@ local function echo_status()
   end
 end
 
---- Current load state: { phase = 'stopped'|'starting'|'loading'|'ready', title, message, percentage }.
+--- Current load state: { phase = 'stopped'|'starting'|'loading'|'ready'|'failed', title, message, percentage }.
 function M.status()
   return vim.deepcopy(state)
 end
@@ -239,6 +239,9 @@ function M.status_text()
       table.insert(parts, ('%d%%'):format(state.percentage))
     end
     return table.concat(parts, ' ')
+  end
+  if state.phase == 'failed' then
+    return 'completer: ' .. (state.message or 'failed')
   end
   return 'completer: ' .. state.phase
 end
@@ -256,7 +259,9 @@ local function on_progress(ev)
   if value.kind == 'end' then
     tokens_in_flight[params.token] = nil
     if next(tokens_in_flight) == nil then
-      state = { phase = 'ready', message = value.message }
+      -- The server ends the load with its engine state: "ready" or "failed: <why>".
+      local failed = type(value.message) == 'string' and value.message:match('^failed')
+      state = { phase = failed and 'failed' or 'ready', message = value.message }
     end
   else
     tokens_in_flight[params.token] = true
@@ -480,8 +485,17 @@ local function on_attach(client, bufnr)
     wrap_rpc(client.rpc)
     client.rpc.completer_wrapped = true
   end
-  if state.phase == 'starting' and next(tokens_in_flight) == nil then
-    state = { phase = 'ready' }
+  if state.phase == 'starting' then
+    -- The load may have begun before this client saw its progress token: ask where it is.
+    client:request('completer/stats', vim.empty_dict(), function(_, stats)
+      if state.phase ~= 'starting' or next(tokens_in_flight) ~= nil or type(stats) ~= 'table' then
+        return
+      end
+      local engine = tostring(stats.engine)
+      state = engine == 'loading' and { phase = 'loading', title = 'loading models' }
+        or engine:match('^failed') and { phase = 'failed', message = engine }
+        or { phase = 'ready' }
+    end)
   end
   map_keys(bufnr)
   refresh()
