@@ -47,7 +47,10 @@ def verify(logits: torch.Tensor, prop: Proposal, s: Sampling,
     """logits [k+1, V] of the target over [cur] + draft → (accepted count n, next token)."""
     k = len(prop.ids)
     if s.greedy:
+        threads = torch.get_num_threads()  # one thread: a parallel argmax over [k+1, V] waits ~1 ms
+        torch.set_num_threads(1)           # for a busy core (measured on 2 shared cores; np_runner.py)
         t = logits.argmax(-1)  # [k+1]
+        torch.set_num_threads(threads)
         n = int((t[:k] == torch.tensor(prop.ids, dtype=t.dtype)).cumprod(0).sum()) if k else 0
         return n, int(t[n])  # host sync: the loop needs n and the token
     p = warp(logits, s)  # [k+1, V] target
