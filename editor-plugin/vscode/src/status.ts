@@ -40,7 +40,9 @@ export class StatusModel {
     if (value.kind === "end") {
       this.active.delete(key);
       if (this.last === key) this.last = [...this.active.keys()].pop();
-      if (!this.active.size && this.phase === "loading") this.phase = "ready";
+      // The server ends its load with the engine's state: "ready" or "failed: <why>".
+      if (value.message?.startsWith("failed")) this.failed(`engine ${value.message}`);
+      else if (!this.active.size && this.phase === "loading") this.phase = "ready";
       return;
     }
     const prev = this.active.get(key);

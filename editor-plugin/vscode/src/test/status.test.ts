@@ -65,3 +65,12 @@ test("switched off: once ready the item says so and why; loading still shows the
   s.progress("load", { kind: "begin", title: "loading models", percentage: 10 });
   assert.equal(s.view("disabled").phase, "loading");
 });
+
+test("a load that ends failed shows the error", () => {
+  const s = new StatusModel();
+  s.starting();
+  s.progress("load", { kind: "begin", title: "completer", message: "loading models", percentage: 0 });
+  s.progress("load", { kind: "end", message: "failed: ModelError: cannot load model /x" });
+  assert.equal(s.view().phase, "error");
+  assert.match(s.view().tooltip, /failed: ModelError/);
+});
