@@ -375,6 +375,7 @@ async def read_frames(ls: CompleterServer, stream: ByteStream) -> None:
         if len(body) < n:
             return
         dispatch(ls, body)
+        await asyncio.sleep(0)  # its handler starts before the next message (a $/cancelRequest) is read
 
 
 def serve_stdio(ls: CompleterServer, stdin, stdout) -> None:
@@ -472,6 +473,7 @@ async def serve_ws(ls: CompleterServer, host: str, port: int) -> None:
             while True:
                 data = await ws.recv(decode=False)  # text or binary: one JSON-RPC body
                 dispatch(ls, data)
+                await asyncio.sleep(0)
         try:
             await _session(ls, busy, session)
         except ConnectionRefusedError:
