@@ -167,6 +167,13 @@ async def test_bad_input_and_options(client: LanguageClient, tiny_pair):
         await client.protocol.send_request_async("completer/documentInfo", {"uri": 5})
     stats = await client.protocol.send_request_async("completer/stats", {})
     assert stats.documents == 3
+    # an edit that takes a document over the limit closes it (said once more), the rest stay
+    client.text_document_did_change(t.DidChangeTextDocumentParams(
+        text_document=t.VersionedTextDocumentIdentifier(uri="file:///big.py", version=3),
+        content_changes=[t.TextDocumentContentChangeWholeDocument(text="y" * (16 * 2**20 + 1))]))
+    assert await client.protocol.send_request_async("completer/documentInfo", {"uri": "file:///big.py"}) is None
+    stats = await client.protocol.send_request_async("completer/stats", {})
+    assert stats.documents == 2 and stats.too_large == 2
 
 
 def _utf16_offset(text: str, line: int, ch: int) -> int:
