@@ -56,6 +56,7 @@ class Service:
         self.engine: EngineClient | None = None
         self.engine_state = "not loaded"  # not loaded | loading | ready | failed: <why>
         self.engine_options: dict | None = None  # the option values the latest load started with
+        self.built: EngineClient | None = None   # what the last load built (engine thread only)
         # One thread runs all engine work: the engine serves one generation at a time anyway,
         # and the event loop never blocks on it.
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="completer-engine")
@@ -99,11 +100,11 @@ class Service:
         done = self._load_future()
         self.counters["loads"] += 1
         self.loads_in_flight += 1
-        old, self.engine, self.engine_state = self.engine, None, "loading"
+        self.engine, self.engine_state = None, "loading"
         self.engine_options = self.options.values()
         try:
             self.engine, state = await asyncio.get_running_loop().run_in_executor(
-                self.worker, self._load, old, self.options.engine_config(), progress)
+                self.worker, self._load, self.options.engine_config(), progress)
         finally:
             self.loads_in_flight -= 1
         self.engine_state = state if self.loads_in_flight == 0 else "loading"
@@ -111,8 +112,8 @@ class Service:
             done.set_result(None)
         return state
 
-    @staticmethod
-    def _load(old: EngineClient | None, config: dict, progress: Progress) -> tuple[EngineClient | None, str]:
+    def _load(self, config: dict, progress: Progress) -> tuple[EngineClient | None, str]:
+        old, self.built = self.built, None
         if old is not None:
             old.close()
         try:  # an in-process engine reports its stages (weights read and quantized, warm start)
@@ -121,6 +122,7 @@ class Service:
         except Exception as e:  # a bad model dir, a missing remote module, out of memory...
             log.exception("engine failed to load")
             return None, f"failed: {type(e).__name__}: {e}"
+        self.built = engine
         return engine, "ready"
 
     def _fault(self, e: BaseException) -> None:
