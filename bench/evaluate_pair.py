@@ -147,13 +147,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
-    from completer.engine.engine import Engine, EngineConfig
-    from completer.engine.runner import make_runner
-    from completer.engine.speculative import generate
-    from completer.engine.drafters import AdaptiveK, ModelDrafter
-    from completer.engine.sampling import Sampling
-
     from transformers import AutoModelForCausalLM
+
+    from completer.engine.drafters import AdaptiveK, ModelDrafter
+    from completer.engine.engine import Engine, EngineConfig
+    from completer.engine.runners import make_runner
+    from completer.engine.sampling import Sampling
+    from completer.engine.speculative import generate
 
     res: dict = {"target": a.target, "draft": a.draft}
     eng = Engine(EngineConfig(target=a.target, draft=a.draft, drafter="model", max_new_tokens=48))

@@ -47,7 +47,7 @@ def main() -> int:
         torch.set_num_threads(a.threads)
     from completer.engine.engine import Engine, EngineConfig
     from completer.engine.models import ModelError, load_model, resolve_device
-    from completer.engine.runner import make_runner
+    from completer.engine.runners import make_runner
     from completer.engine.sampling import Sampling
     from completer.engine.speculative import generate
     from draft_models import DEFAULT_TARGET

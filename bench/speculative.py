@@ -52,7 +52,7 @@ def main() -> int:
         NgramDrafter,
     )
     from completer.engine.engine import Engine, EngineConfig
-    from completer.engine.runner import make_runner
+    from completer.engine.runners import make_runner
     from completer.engine.sampling import Sampling
     from completer.engine.speculative import generate
     from draft_models import DEFAULT_DRAFT, DEFAULT_TARGET

@@ -11,7 +11,8 @@ from conftest import random_llama
 from completer.engine.batch import batched_forward
 from completer.engine.engine import Engine, EngineConfig
 from completer.engine.models import Pair, load_tokenizer
-from completer.engine.runner import common_prefix_len, make_runner
+from completer.engine.runner import common_prefix_len
+from completer.engine.runners import make_runner
 from completer.engine.scheduler import Overloaded
 
 torch.set_num_threads(1)

@@ -8,7 +8,8 @@ import torch
 from test_families import FAMILY_CASES, family_model
 
 from completer.engine.cuda_graphs import BUCKETS, GraphRunner
-from completer.engine.runner import LlamaRunner, LlamaWeights, make_runner
+from completer.engine.runner import LlamaRunner, LlamaWeights
+from completer.engine.runners import make_runner
 from completer.engine.sampling import Sampling
 from completer.engine.speculative import generate
 

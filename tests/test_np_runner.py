@@ -12,7 +12,8 @@ from test_families import family_model
 from completer.engine.drafters import AdaptiveK, ModelDrafter
 from completer.engine.np_runner import NumpyRunner, eligible
 from completer.engine.quant import MODE_GROUPS, quantize_weights
-from completer.engine.runner import LlamaRunner, LlamaWeights, make_runner
+from completer.engine.runner import LlamaRunner, LlamaWeights
+from completer.engine.runners import make_runner
 from completer.engine.sampling import Sampling
 from completer.engine.speculative import generate
 

@@ -5,8 +5,8 @@ import threading
 
 import pytest
 
-from completer.documents import PositionError, parse_snapshot
 from completer.client import Completion, EngineClient
+from completer.documents import PositionError, parse_snapshot
 from completer.pipeline import CompletionOptions, complete_at, warmup_at
 
 

@@ -26,7 +26,8 @@ from .batch import Via
 from .drafters import AdaptiveK, CombinedDrafter, FastPathDrafter, ModelDrafter, NgramDrafter
 from .models import ModelError, Pair, load_pair
 from .prompt import FimFormat, build_prompt
-from .runner import LlamaWeights, common_prefix_len, make_runner
+from .runner import LlamaWeights, common_prefix_len
+from .runners import make_runner
 from .sampling import Sampling
 from .scheduler import INTERACTIVE, WARMUP, Overloaded, Scheduler, SchedulerConfig
 from .speculative import GenStats, generate

@@ -1,0 +1,27 @@
+"""Which runner serves a model: the one place that knows every implementation (runner.py's lean
+and HF runners, np_runner.py's NumPy step, cuda_graphs.py's graph replay), so they import
+runner.py and never each other."""
+from __future__ import annotations
+
+from .cuda_graphs import GraphRunner
+from .np_runner import NumpyRunner, eligible
+from .runner import HFRunner, LlamaRunner, LlamaWeights, _Runner, lean_supported
+
+
+def make_runner(model, max_len: int | None = None, lean: bool = True, draft: bool = False) -> _Runner:
+    """A runner for `model`: LlamaWeights → lean; an HF model → lean when its config is in the
+    family table (families.py) and its linears are plain, else HF.
+    On the CPU, a plain Llama layer with float32 / fp16 / int8 weights (target or draft) decodes
+    through np_runner.py's step (NumPy glue, fbgemm/BLAS products: 1.5-2.5x cheaper steps)."""
+    w = model if isinstance(model, LlamaWeights) else None
+    if w is None and lean and lean_supported(model):
+        w = getattr(model, "_lean_weights", None)
+        if w is None:
+            w = model._lean_weights = LlamaWeights.from_hf(model)  # fused once, shared by slots
+    if w is None:
+        return HFRunner(model, max_len)
+    if w.device.type == "cuda":  # static shapes replayed as CUDA graphs (cuda_graphs.py)
+        return GraphRunner(w, max_len)
+    if lean and eligible(w):
+        return NumpyRunner(w, max_len)
+    return LlamaRunner(w, max_len)

@@ -1,0 +1,87 @@
+"""Imports point one way (editor-plugin → lsp → completer → kernels, draft_models), with no
+circles between modules: read from the source (every import, also those inside functions)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("lsp", "completer", "kernels", "draft_models")
+# what each package may import from the others (besides itself)
+ALLOWED = {"lsp": {"completer"}, "completer": {"kernels", "draft_models"}, "kernels": set(), "draft_models": set()}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for f in (ROOT / pkg).rglob("*.py"):
+            parts = list(f.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = f
+    return out
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The project modules `name` imports (relative imports resolved; `from p import m` → p.m when m is a module)."""
+    pkg = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)]
+                base = ".".join(up + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return {m for m in found if m in known and m != name}
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {m: imports(m, p, set(mods)) for m, p in mods.items()}
+
+
+def test_packages_import_one_way():
+    wrong = [(m, d) for m, deps in graph().items() for d in deps
+             if d.split(".")[0] != m.split(".")[0] and d.split(".")[0] not in ALLOWED[m.split(".")[0]]]
+    assert not wrong, f"imports against the direction editor-plugin → lsp → completer → kernels, draft_models: {wrong}"
+
+
+def test_no_import_circles():
+    g = graph()
+    # a package's __init__ importing its own submodules is how a package exports: not a circle
+    edges = {m: {d for d in deps if not (m and d.startswith(m + "."))} for m, deps in g.items()}
+    seen: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(m: str) -> None:
+        seen[m] = 1
+        stack.append(m)
+        for d in sorted(edges[m]):
+            if seen.get(d) == 1:
+                cycles.append(stack[stack.index(d):] + [d])
+            elif d not in seen:
+                visit(d)
+        stack.pop()
+        seen[m] = 2
+
+    for m in sorted(edges):
+        if m not in seen:
+            visit(m)
+    assert not cycles, f"import circles: {cycles}"
+
+
+def test_language_server_needs_no_torch():
+    """lsp/ and the modules it reaches at import time stay free of torch (a remote engine's
+    language server starts in a fraction of a second)."""
+    import subprocess
+    import sys
+
+    code = "import sys, lsp.server, completer.remote; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
