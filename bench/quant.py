@@ -26,15 +26,6 @@ from heldout import fim_holes
 OUT = Path(__file__).resolve().parent / "out"
 
 
-def weight_bytes_of(model) -> int:
-    from completer.engine.quant import weight_bytes
-    from completer.engine.runner import LlamaWeights
-
-    if isinstance(model, LlamaWeights):
-        return weight_bytes(model)
-    return int(model.get_memory_footprint())
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", help="default: the embedded target")
@@ -47,6 +38,7 @@ def main() -> int:
         torch.set_num_threads(a.threads)
     from completer.engine.engine import Engine, EngineConfig
     from completer.engine.models import ModelError, load_model, resolve_device
+    from completer.engine.quant import model_bytes
     from completer.engine.runners import make_runner
     from completer.engine.sampling import Sampling
     from completer.engine.speculative import generate
@@ -91,7 +83,7 @@ def main() -> int:
                 n += 1
             prefix.append(n)
         same = sum(o == r for o, r in zip(outs, ref[1])) / len(outs)
-        rows[mode] = {"weight_mb": weight_bytes_of(model) / 2**20, "load_s": load_s, "ms_per_token": ms,
+        rows[mode] = {"weight_mb": model_bytes(model) / 2**20, "load_s": load_s, "ms_per_token": ms,
                       "next_token_agreement": agree, "greedy_prefix_match": statistics.mean(prefix),
                       "identical_continuations": same}
         del model

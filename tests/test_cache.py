@@ -8,10 +8,9 @@ import pytest
 import torch
 from conftest import random_llama
 
-from completer.engine.batch import batched_forward
 from completer.engine.engine import Engine, EngineConfig
 from completer.engine.models import Pair, load_tokenizer
-from completer.engine.runner import common_prefix_len
+from completer.engine.runner import common_prefix_len, forward_many
 from completer.engine.runners import make_runner
 from completer.engine.scheduler import Overloaded
 
@@ -56,7 +55,7 @@ def test_batched_forward_matches_serial():
         ref.forward(ids)
     for _ in range(3):
         feeds = [[rng.randrange(64) for _ in range(rng.randint(1, 5))] for _ in runners]
-        outs = batched_forward(runners, feeds)
+        outs = forward_many(runners, feeds)
         for r, ref, f, o in zip(runners, refs, feeds, outs):
             torch.testing.assert_close(o, ref.forward(f))
             assert r.ids == ref.ids

@@ -19,8 +19,6 @@ import torch
 
 from .runner import LlamaRunner, forward_many
 
-batched_forward = forward_many  # the lean forward is batched by construction (runner.py)
-
 
 class _Call:
     __slots__ = ("done", "err", "ids", "out", "runner", "t")
@@ -40,7 +38,7 @@ def _run_calls(calls: list[_Call]) -> None:
             if len(group) == 1:
                 group[0].out = group[0].runner.forward(group[0].ids)
             else:
-                outs = batched_forward([c.runner for c in group], [c.ids for c in group])
+                outs = forward_many([c.runner for c in group], [c.ids for c in group])
                 for c, o in zip(group, outs):
                     c.out = o
         except Exception as e:  # noqa: BLE001 - delivered to each caller's own thread

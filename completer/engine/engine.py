@@ -26,6 +26,7 @@ from .batch import Via
 from .drafters import AdaptiveK, CombinedDrafter, FastPathDrafter, ModelDrafter, NgramDrafter
 from .models import ModelError, Pair, load_pair
 from .prompt import FimFormat, build_prompt
+from .quant import model_bytes
 from .runner import LlamaWeights, common_prefix_len
 from .runners import make_runner
 from .sampling import Sampling
@@ -485,5 +486,7 @@ class Engine:
                 "config": asdict(self.cfg), "prompt_budget": self.prompt_budget(),
                 "kv_bytes": self.kv_bytes(), "kv_live_bytes": self.kv_live_bytes(),
                 "kv_budget_bytes": self.budget, "step_costs": self.step_costs, "slot_bytes": self.slot_bytes, "slots": len(self.slots),
+                "target_weight_bytes": model_bytes(self.pair.target),
+                "draft_weight_bytes": model_bytes(self.pair.draft) if self.pair.draft is not None else 0,
                 "queue_waiting": waiting, "queue_live": live, "batch_steps": self.sched.batcher.steps,
                 "batched_calls": self.sched.batcher.batched_calls, **self.counters}

@@ -138,6 +138,11 @@ def quantize_weights(weights, spec: str):
     return g
 
 
+def model_bytes(model) -> int:
+    """Bytes of a model's weights: an HF module's footprint, or lean weights' packed size."""
+    return int(model.get_memory_footprint()) if isinstance(model, torch.nn.Module) else weight_bytes(model)
+
+
 def weight_bytes(weights) -> int:
     """Bytes of all weights (quantized ones at their packed size; a tied head counted once)."""
     seen, total = set(), 0

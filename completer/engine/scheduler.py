@@ -63,7 +63,6 @@ class Scheduler:
         self.live: dict[str, Ticket] = {}
         self.batcher = StepBatcher(cfg.max_batch, cfg.batch_wait_ms / 1e3, cfg.step_tokens)
         self._seq = 0
-        self.superseded_count = 0
 
     # -- state (call with self.cond held) ----------------------------------------------------------
     def _n_live(self, priority: int) -> int:
@@ -104,7 +103,6 @@ class Scheduler:
         for t in [*self.waiting, *self.live.values()]:
             if t.doc == doc and t.priority >= below_priority and not t.superseded.is_set():
                 t.superseded.set()
-                self.superseded_count += 1
         self.waiting = [t for t in self.waiting if not t.superseded.is_set()]
 
     # -- API ---------------------------------------------------------------------------------------
