@@ -18,10 +18,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from ..client import Completion, EngineError, StopText, prompt_budget
-from .transport import Http, follow
+from .transport import Http, TokenMemo, follow
 
 STOP_TYPES = {"eos": "eos", "limit": "length", "word": "stop"}  # llama-server's stop_type → ours
-TOKEN_MEMO = 16384  # the syntax layer counts line by line: each distinct line is tokenized once
 
 
 class LlamaCpp:
@@ -34,7 +33,7 @@ class LlamaCpp:
         self.model = ""
         self.slots: OrderedDict[str, int] = OrderedDict()  # doc → slot id, least recently used first
         self._lock = threading.Lock()
-        self._memo: OrderedDict[str, int] = OrderedDict()
+        self._memo = TokenMemo()
         self.counters = {"completions": 0, "warmups": 0, "new_tokens": 0, "cached_tokens": 0,
                          "prefill_tokens": 0, "feedback_accepted": 0, "feedback_rejected": 0}
 
@@ -151,22 +150,14 @@ class LlamaCpp:
 
     def count_tokens(self, text: str) -> int:
         """Exact, by the server's /tokenize; each distinct text once (LRU memo)."""
-        if not text:
-            return 0
-        with self._lock:
-            if text in self._memo:
-                self._memo.move_to_end(text)
-                return self._memo[text]
+        return self._memo.get(text, self._tokenize) if text else 0
+
+    def _tokenize(self, text: str) -> int:
         r = self.http.json("POST", "/tokenize", {"content": text})
         if not isinstance(r, dict) or not isinstance(r.get("tokens"), list):
             raise EngineError(code="internal", message=f"llama-server at {self.http.base}: /tokenize "
                                                        "answered without a token list")
-        n = len(r["tokens"])
-        with self._lock:
-            self._memo[text] = n
-            while len(self._memo) > TOKEN_MEMO:
-                self._memo.popitem(last=False)
-        return n
+        return len(r["tokens"])
 
     def prompt_budget(self, max_new: int | None = None) -> int:
         self._ready()

@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 
 from ..client import Completion, EngineError, StopText, prompt_budget
 from ..engine.prompt import FIM_FORMATS, render
-from .transport import Http, follow
+from .transport import Http, TokenMemo, follow
 
 DEFAULT_CTX = 2048      # when the server does not say (vLLM says max_model_len, llama-server n_ctx_train)
 CHARS_PER_TOKEN = 3.0   # token estimate when the server has no /tokenize: errs towards more tokens
-TOKEN_MEMO = 16384
 
 
 SERVER_FIM = "suffix"  # the server builds the FIM prompt from OpenAI's `suffix` field (our serve, Ollama)
@@ -65,8 +63,7 @@ class OpenAI:
         self.fmt: str | None = None  # a FIM_FORMATS name or SERVER_FIM
         self.ctx = 0
         self.exact_tokens = False  # whether the server answered /tokenize
-        self._lock = threading.Lock()
-        self._memo: OrderedDict[str, int] = OrderedDict()
+        self._memo = TokenMemo()
         self.counters = {"completions": 0, "warmups": 0, "new_tokens": 0, "prompt_tokens": 0,
                          "feedback_accepted": 0, "feedback_rejected": 0}
 
@@ -185,16 +182,7 @@ class OpenAI:
         self._ready()
         if not self.exact_tokens:
             return -(-len(text) // int(CHARS_PER_TOKEN))
-        with self._lock:
-            if text in self._memo:
-                self._memo.move_to_end(text)
-                return self._memo[text]
-        n = self._tokenize(text)
-        with self._lock:
-            self._memo[text] = n
-            while len(self._memo) > TOKEN_MEMO:
-                self._memo.popitem(last=False)
-        return n
+        return self._memo.get(text, self._tokenize)
 
     def prompt_budget(self, max_new: int | None = None) -> int:
         self._ready()

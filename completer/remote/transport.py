@@ -14,6 +14,7 @@ import json
 import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
@@ -21,6 +22,26 @@ from ..client import EngineError
 
 BACKOFF_S = 0.1     # first retry after this; doubles per retry
 BACKOFF_MAX_S = 2.0
+TOKEN_MEMO = 16384  # the syntax layer counts line by line: each distinct line is tokenized once
+
+
+class TokenMemo:
+    """Token counts by text, least recently used dropped past TOKEN_MEMO; thread-safe."""
+
+    def __init__(self, size: int = TOKEN_MEMO):
+        self.size, self.lock, self.counts = size, threading.Lock(), OrderedDict()
+
+    def get(self, text: str, count: Callable[[str], int]) -> int:
+        with self.lock:
+            if text in self.counts:
+                self.counts.move_to_end(text)
+                return self.counts[text]
+        n = count(text)  # outside the lock: a request to the server
+        with self.lock:
+            self.counts[text] = n
+            while len(self.counts) > self.size:
+                self.counts.popitem(last=False)
+        return n
 
 
 class Http:
