@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     deg_model = deg_real = 0
     agree = total = 0
     taus = {4: [], 8: []}
-    draft_runner = make_runner(eng.pair.draft, ctx, draft=True)
+    draft_runner = make_runner(eng.pair.draft, ctx)
     P, G = min(256, ctx // 2), min(128, ctx // 2 - 16)  # prompt and continuation lengths
     for _ in range(a.continuations):
         s = rng.choice([s for s in held if len(s) > P + G + 16])

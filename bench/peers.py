@@ -1,7 +1,7 @@
 """Ours vs llama.cpp vs HF transformers, in one run, on the same machine and the same models.
 
     python bench/peers.py [--shapes embedded,0.5b,1.5b] [--layouts llama,qwen2] [--n 4]
-                          [--quants none,auto,fast-int8] [--no-hf] [--no-server] [--threads 2]
+                          [--quants none,auto,fast-int8,fast-int8@2] [--no-hf] [--no-server] [--threads 2]
                           [--device cuda --no-llamacpp --out DIR]   (bench/gpu_check.sh)
 
 Models: the embedded pair (draft_models/default), and random-weight models at the
@@ -20,7 +20,8 @@ compare only within one run):
 - end to end ms for a 32-token completion from a cold cache: ours and HF in-process,
   llama.cpp through llama-server's /completion (`cache_prompt` off; one HTTP round trip).
 Ours: plain (no drafter) in each `--quants` mode (`QUANT` or `DTYPE:QUANT`, e.g. `bf16:nf4` on
-CUDA), and the default (speculative: combined drafter, adaptive k) where the model has a draft.
+CUDA; `@N`: decode_threads=N, else 1), and the default (speculative: combined drafter, adaptive
+k) where the model has a draft.
 HF: float32 on the CPU, bfloat16 on CUDA. llama.cpp: `.ci/llamacpp.sh` builds it once.
 
 Prints one table per model with ratios to llama.cpp (ours/llama.cpp: < 1 is faster), writes
@@ -143,14 +144,15 @@ class Server:
 
 def ours(model_dir: Path | None, spec: str, speculative: bool, device: str):
     """A method: our engine's runner (and, for the default, its drafters) on one prompt →
-    (decode ms/token, prefill tokens/s, end-to-end ms). `spec`: QUANT or DTYPE:QUANT."""
+    (decode ms/token, prefill tokens/s, end-to-end ms). `spec`: [DTYPE:]QUANT[@DECODE_THREADS]."""
     from completer.engine.drafters import CombinedDrafter, ModelDrafter
     from completer.engine.engine import Engine, EngineConfig, Slot
     from completer.engine.speculative import generate
 
+    spec, _, threads = spec.partition("@")
     dtype, _, quant = spec.rpartition(":")
     eng = Engine(EngineConfig(target=None if model_dir is None else str(model_dir), quant=quant,
-                              dtype=dtype or "auto", device=device,
+                              dtype=dtype or "auto", device=device, decode_threads=int(threads or 1),
                               drafter="combined" if speculative else "none", max_draft_len=8))
     eng.step_costs = eng.measure_step_costs()  # what warm_start does: the adaptive k plans with it
 
@@ -277,8 +279,10 @@ def main() -> int:
     ap.add_argument("--shapes", default="embedded", help="embedded,0.5b,1.5b")
     ap.add_argument("--layouts", default="llama,qwen2", help="layouts of the random-weight shapes")
     ap.add_argument("--n", type=int, default=4, help="prompts per model")
-    ap.add_argument("--quants", default="none,auto,fast-int8", help="our plain decode, per --quant mode")
-    ap.add_argument("--spec-quants", default="auto,fast-int8", help="our speculative default (embedded pair)")
+    ap.add_argument("--quants", default="none,auto,fast-int8,auto@2,fast-int8@2",
+                    help="our plain decode: [DTYPE:]QUANT[@DECODE_THREADS] each")
+    ap.add_argument("--spec-quants", default="auto,fast-int8,auto@2,fast-int8@2",
+                    help="our speculative default (embedded pair), same form")
     ap.add_argument("--threads", type=int, default=2, help="torch and llama.cpp threads")
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--no-llamacpp", action="store_true")

@@ -78,7 +78,7 @@ def main() -> int:
 
         def run(prompt):
             tr = make_runner(eng.pair.target, eng.ctx)
-            dr = make_runner(eng.pair.draft, eng.ctx, draft=True)
+            dr = make_runner(eng.pair.draft, eng.ctx)
             model = ModelDrafter(dr, greedy)
             d = {"none": None, "model": model, "ngram": NgramDrafter(), "fastpath": fast,
                  "combined": CombinedDrafter(model, NgramDrafter(), fast, V)}[drafter_kind]
@@ -146,7 +146,7 @@ def main() -> int:
     base = statistics.median(res["plain (ours)"]["ms_per_token"])
     assisted = statistics.median(res["HF assisted (draft)"]["ms_per_token"]) if not a.no_hf else None
     print(f"\n{len(prompts)} held-out FIM prompts, {a.new} new tokens each, greedy; target {tdir} "
-          f"(--quant {a.quant}), draft {ddir} ({type(make_runner(eng.pair.draft, eng.ctx, draft=True)).__name__}, "
+          f"(--quant {a.quant}), draft {ddir} ({type(make_runner(eng.pair.draft, eng.ctx)).__name__}, "
           f"head over {len(eng.pair.draft.head_rows or []) or 'all'} tokens); {torch.get_num_threads()} threads")
     print(f"step-time ratio c = draft/target (1-token cached forward): {c['c']:.3f} "
           f"(target {c['target_ms']:.2f} ms, draft {c['draft_ms']:.2f} ms; "
@@ -210,7 +210,7 @@ def _step_ratio(eng, make_runner, prompt) -> dict:
         return statistics.median(ts) * 1e3
     t1 = timed(make_runner(eng.pair.target, eng.ctx), [5])
     t7 = timed(make_runner(eng.pair.target, eng.ctx), [5] * 7)
-    d1 = timed(make_runner(eng.pair.draft, eng.ctx, draft=True), [5])
+    d1 = timed(make_runner(eng.pair.draft, eng.ctx), [5])
     return {"target_ms": t1, "draft_ms": d1, "c": d1 / t1, "verify7_ratio": t7 / t1}
 
 

@@ -78,6 +78,9 @@ class EngineConfig:
     max_queue: int = opt(64, "requests waiting beyond this are refused (overloaded)", lo=1, hi=100_000)
     batch_step_tokens: int = opt(32, "verify tokens a batched step aims at: each live generation's draft is "
                                  "capped to its share under load (0 = no cap)", lo=0, hi=4096)
+    decode_threads: int = opt(1, "CPU threads for a decode step or verify of the target: 1 keeps each step steady "
+                              "while other processes hold a core; more is faster on an otherwise idle machine "
+                              "(bench/peers.py measures both)", lo=1, hi=256, reload=True)
     warmup_chunk: int = opt(32, "warmup prefill chunk: the most an interactive request waits on it", lo=1,
                             hi=4096)
     type_through: bool = opt(True, "serve the rest of the last completion when the user types it")

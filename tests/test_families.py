@@ -168,7 +168,7 @@ def test_greedy_equals_hf_generate_plain_and_speculative(case):
             "model": ModelDrafter(make_runner(draft), Sampling()),
             "ngram": NgramDrafter(),
             "fastpath": FastPathDrafter(table),
-            "combined": CombinedDrafter(ModelDrafter(make_runner(draft, draft=True), Sampling()), NgramDrafter(),
+            "combined": CombinedDrafter(ModelDrafter(make_runner(draft), Sampling()), NgramDrafter(),
                                         FastPathDrafter(table), V),
         }
         for name, d in drafters.items():

@@ -66,7 +66,7 @@ def test_numpy_draft_runner_matches_the_lean_runner(kv_heads):
     model = random_llama(64, 2, seed=40 + kv_heads, vocab=300, kv_heads=kv_heads, dtype=torch.float32)
     w = LlamaWeights.from_hf(model)
     w.restrict_head(list(range(299, 0, -3)))
-    ref, got = LlamaRunner(w), make_runner(w, draft=True)
+    ref, got = LlamaRunner(w), make_runner(w)
     assert isinstance(got, NumpyRunner) and got.head_rows == ref.head_rows
     ids = torch.randint(0, 300, (60,), generator=torch.Generator().manual_seed(kv_heads)).tolist()
     for r in (ref, got):
@@ -85,8 +85,8 @@ def test_numpy_runner_only_where_it_applies():
     from completer.engine.quant import quantize_weights
 
     f32 = LlamaWeights.from_hf(random_llama(32, 1, seed=2, dtype=torch.float32))
-    assert isinstance(make_runner(f32, draft=True), NumpyRunner)
+    assert isinstance(make_runner(f32), NumpyRunner)
     assert isinstance(make_runner(f32), LlamaRunner)  # targets stay on the torch runner
-    assert isinstance(make_runner(random_llama(32, 1, seed=2), draft=True), LlamaRunner)  # float64
+    assert isinstance(make_runner(random_llama(32, 1, seed=2)), LlamaRunner)  # float64
     quantize_weights(f32, "attn=int8")
-    assert isinstance(make_runner(f32, draft=True), LlamaRunner)
+    assert isinstance(make_runner(f32), LlamaRunner)

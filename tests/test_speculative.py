@@ -77,7 +77,7 @@ def restricted(model, rows):
     float32 model gets the engine's NumPy draft runner."""
     w = LlamaWeights.from_hf(model)
     w.restrict_head(rows)
-    return make_runner(w, draft=True)
+    return make_runner(w)
 
 
 def test_restricted_draft_head_is_lossless():

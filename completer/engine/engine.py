@@ -59,8 +59,9 @@ class Slot:
     """One document's KV caches (target and draft) and its adaptive draft length."""
 
     def __init__(self, engine: Engine):
-        self.target = make_runner(engine.pair.target, engine.ctx, engine.cfg.lean)  # weights shared
-        self.draft = (make_runner(engine.pair.draft, engine.ctx, engine.cfg.lean, draft=True)
+        self.target = make_runner(engine.pair.target, engine.ctx, engine.cfg.lean,  # weights shared
+                                  engine.cfg.decode_threads)
+        self.draft = (make_runner(engine.pair.draft, engine.ctx, engine.cfg.lean)
                       if engine.pair.draft is not None else None)
         c, verify = engine.step_costs
         self.k = AdaptiveK(engine.cfg.draft_len, 1, engine.cfg.max_draft_len, c,
@@ -453,9 +454,9 @@ class Engine:
             return statistics.median(ts)
 
         # at startup (warm_start), before requests: they would share the cores and skew the timing
-        tr = make_runner(self.pair.target, self.ctx, self.cfg.lean)
+        tr = make_runner(self.pair.target, self.ctx, self.cfg.lean, self.cfg.decode_threads)
         t = [timed(tr, k + 1) for k in range(self.cfg.max_draft_len + 1)]
-        d1 = (timed(make_runner(self.pair.draft, self.ctx, self.cfg.lean, draft=True), 1)
+        d1 = (timed(make_runner(self.pair.draft, self.ctx, self.cfg.lean), 1)
               if self.pair.draft is not None else 0.0)
         verify = [max(x / t[0], 1.0) for x in t]
         for i in range(1, len(verify)):  # a longer verify never costs less (timing noise)

@@ -138,13 +138,16 @@ class NumpyRunner(LlamaRunner):
     torch, whose batched kernels win there."""
 
     SHORT = 32  # tokens; NumPy (1 thread) ≈ torch at 64 on 2 AVX2 cores; prefill goes to torch
-    # A short forward is ~35 small products: with 2 torch threads each is a parallel region that
-    # stalls whenever another process holds a core (an editor, a build, another model). Measured
-    # on 2 shared cores in one run: 0.5B fast-int8 step 25 ms on 1 thread vs 600 ms on 2; the
-    # embedded target 2.1 vs 23 ms. Prefill keeps torch's threads.
+    # A short forward is ~35 small products, each a parallel region on more than one torch thread:
+    # faster on an idle machine, slower when another process holds a core (the region waits for
+    # the thread it lost). Measured on 2 cores, median step ms, 1 vs 2 threads: idle-ish, 0.5B
+    # fast-int8 18.4 vs 15.0, embedded target 1.33 vs 1.12; with one core busy, 0.5B 18.8 vs 31.4
+    # (an earlier session saw 25 vs 600). Hence `threads` (EngineConfig.decode_threads) defaults
+    # to 1. Prefill keeps torch's threads.
 
-    def __init__(self, weights: LlamaWeights, max_len: int | None = None):
+    def __init__(self, weights: LlamaWeights, max_len: int | None = None, threads: int = 1):
         w = weights
+        self.threads = threads  # torch threads for a short forward: see the note at SHORT
         if not eligible(w):
             raise ValueError("NumpyRunner needs a plain Llama layer on the CPU with float32, fp16 or int8 weights")
         super().__init__(w, max_len)
@@ -185,7 +188,7 @@ class NumpyRunner(LlamaRunner):
             q, k = np.arange(p, P)[:, None], np.arange(lo, P)[None]
             mask = np.where((k <= q) & (k > q - win), np.float32(0), np.float32(-np.inf))
         threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # one thread: see the note at SHORT
+        torch.set_num_threads(self.threads)
         try:
             with np.errstate(over="ignore"):  # SiLU: exp(-gate) = inf gives its limit, 0
                 x = self._layers(x, p, T, lo, mask, self.rot_np[p:P])

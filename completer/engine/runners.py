@@ -8,11 +8,12 @@ from .np_runner import NumpyRunner, eligible
 from .runner import HFRunner, LlamaRunner, LlamaWeights, _Runner, lean_supported
 
 
-def make_runner(model, max_len: int | None = None, lean: bool = True, draft: bool = False) -> _Runner:
+def make_runner(model, max_len: int | None = None, lean: bool = True, threads: int = 1) -> _Runner:
     """A runner for `model`: LlamaWeights → lean; an HF model → lean when its config is in the
     family table (families.py) and its linears are plain, else HF.
     On the CPU, a plain Llama layer with float32 / fp16 / int8 weights (target or draft) decodes
-    through np_runner.py's step (NumPy glue, fbgemm/BLAS products: 1.5-2.5x cheaper steps)."""
+    through np_runner.py's step (NumPy glue, fbgemm/BLAS products: 1.5-2.5x cheaper steps) on
+    `threads` torch threads (EngineConfig.decode_threads)."""
     w = model if isinstance(model, LlamaWeights) else None
     if w is None and lean and lean_supported(model):
         w = getattr(model, "_lean_weights", None)
@@ -23,5 +24,5 @@ def make_runner(model, max_len: int | None = None, lean: bool = True, draft: boo
     if w.device.type == "cuda":  # static shapes replayed as CUDA graphs (cuda_graphs.py)
         return GraphRunner(w, max_len)
     if lean and eligible(w):
-        return NumpyRunner(w, max_len)
+        return NumpyRunner(w, max_len, threads)
     return LlamaRunner(w, max_len)
