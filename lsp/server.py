@@ -85,6 +85,10 @@ class Protocol(LanguageServerProtocol):
         self.initialize_seen = False
 
     def reply_error(self, msg_id, exc: JsonRpcException) -> None:
+        if msg_id is None:  # JSON-RPC 2.0: "id": null when it could not be read (pygls would drop the key)
+            error = self._converter.unstructure(exc.to_response_error())
+            self._send_data({"jsonrpc": "2.0", "id": None, "error": error})
+            return
         self._send_response(msg_id, None, exc.to_response_error())
 
     def structure(self, data: Any):

@@ -144,6 +144,7 @@ class Responses:
 
     def __init__(self):
         self.by_id, self.count, self.lock = {}, 0, threading.Lock()
+        self.anonymous: list[dict] = []  # errors with id null: for a message whose id was unreadable
 
     def add(self, raw: bytes) -> None:
         m = json.loads(raw)
@@ -151,6 +152,8 @@ class Responses:
             self.count += 1
             if isinstance(m, dict) and isinstance(m.get("id"), (str, int)):
                 self.by_id[m["id"]] = m
+            elif isinstance(m, dict) and "id" in m and "error" in m:
+                self.anonymous.append(m)
 
     def wait(self, msg_id, proc, timeout=60.0):
         end = time.monotonic() + timeout
@@ -345,5 +348,47 @@ def test_tcp_serves_one_client_at_a_time_and_a_new_session_after_it():
         assert stats["documents"] == 0 and stats["loads"] == 1  # a new session; the engine is kept
         srv.send(rpc(method="exit"))  # without shutdown: exit code 1, as the spec says
         assert srv.proc.wait(timeout=30) == 1
+    finally:
+        srv.close()
+
+
+def test_each_malformed_message_gets_the_error_the_spec_names():
+    with socket.socket() as s:  # an engine address where nothing listens: no models to load
+        s.bind(("127.0.0.1", 0))
+        engine = f"ws://127.0.0.1:{s.getsockname()[1]}"
+    srv = Transport("stdio")
+    try:
+        assert srv.request("early", "completer/stats")["error"]["code"] == -32002  # before initialize
+        assert "result" in srv.request("init", "initialize", {
+            "capabilities": {}, "initializationOptions": {"engine": engine, "engine_retries": 0}})
+        srv.send(rpc(method="initialized", params={}))
+        anonymous = [  # the id cannot be read: error with id null
+            (frame(b"{not json"), -32700), (frame(b'\xff\xfe{"a": 1}'), -32700),
+            (frame(b"[" * 65 + b"]" * 65), -32700), (frame(b"[" * 100_000), -32700),  # too deep, at any depth
+            (frame(b"5"), -32600), (frame(rpc(id=1.5, method="completer/stats")), -32600),
+            (frame(b'{"jsonrpc": "2.0"}'), -32600), (frame(b"", 64 * 2**20 + 1), -32600)]  # over the size limit
+        for raw, code in anonymous:
+            before = len(srv.out.anonymous)
+            srv.raw(raw)
+            srv.request("sync", "completer/stats")  # answered in order: anything for `raw` came first
+            assert [e["error"]["code"] for e in srv.out.anonymous[before:]] == [code], raw[:80]
+        named = [(json.dumps({"jsonrpc": "1.0", "id": "v", "method": "completer/stats"}).encode(), "v", -32600),
+                 (rpc(id="p", method="textDocument/inlineCompletion", params={"textDocument": 5}), "p", -32602),
+                 (rpc(id="d", method="completer/documentInfo", params={"uri": 5}), "d", -32602),
+                 (rpc(id="m", method="no/such/method"), "m", -32601),
+                 (rpc(id="i", method="initialize", params={"capabilities": {}}), "i", -32600)]  # only once
+        for body, msg_id, code in named:
+            srv.send(body)
+            assert srv.out.wait(msg_id, srv.proc)["error"]["code"] == code, body
+        before = len(srv.out.anonymous)  # notifications and responses are never answered
+        for body in (rpc(method="textDocument/didOpen", params={"textDocument": 5}), rpc(method="$/cancelRequest"),
+                     rpc(method="no/such/notification"), rpc(id=12345, result={"x": 1}), rpc(id=7, error="bad")):
+            srv.send(body)
+        srv.request("sync", "completer/stats")
+        assert srv.out.anonymous[before:] == [] and not srv.out.by_id
+        srv.request("down", "shutdown")
+        assert srv.request("after", "completer/stats")["error"]["code"] == -32600
+        srv.send(rpc(method="exit"))
+        assert srv.proc.wait(timeout=30) == 0
     finally:
         srv.close()
