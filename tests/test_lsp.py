@@ -87,6 +87,10 @@ async def test_open_type_complete_feedback(client: LanguageClient, tiny_pair):
     for item in got.items:  # the tiny pair may well propose nothing worth showing
         assert item.range.start == t.Position(line=9, character=8)
         assert "\n" not in item.insert_text  # mid-statement: single line
+    stats = await client.protocol.send_request_async("completer/stats", {})
+    shown, empty, chars = (getattr(stats, k, 0) for k in ("shown", "empty", "shown_chars"))  # counters start absent
+    assert stats.engine_stats.requests == 1 and shown + empty == 1  # the engine ran: shown or empty
+    assert (shown, chars) == (len(got.items), sum(len(i.insert_text) for i in got.items))
 
     # gated off: inside a comment, unknown document, a line past the end
     _type(client, 9, 8, "1\n# a comment", 3)

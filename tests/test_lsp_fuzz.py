@@ -149,7 +149,21 @@ def test_fuzz_real_server(tiny_pair):
         # a frame cut short leaves its tail glued to the next header: resync costs at most one
         send(b"\r\n\r\n" + msg(id="sync", method="completer/stats"))
         send(msg(id="sync2", method="completer/stats"))
-        assert reader.wait("sync2")["result"]["documents"] >= 0
+        reader.wait("sync2")
+        # after the storm the server still keeps documents exactly and answers a real completion
+        after = "def g(a):\n    return a\n"
+        send(msg(method="textDocument/didOpen", params={"textDocument": {
+            "uri": "file:///after.py", "languageId": "python", "version": 1, "text": after}}))
+        at = {"line": 1, "character": 12}
+        send(msg(method="textDocument/didChange", params={"textDocument": {"uri": "file:///after.py", "version": 2},
+                                                          "contentChanges": [{"range": {"start": at, "end": at},
+                                                                              "text": " + 1"}]}))
+        send(msg(id="info", method="completer/documentInfo", params={"uri": "file:///after.py"}))
+        assert reader.wait("info")["result"]["length"] == len(after) + 4
+        send(msg(id="real", method="textDocument/inlineCompletion", params={
+            "textDocument": {"uri": "file:///after.py"}, "position": {"line": 2, "character": 0},
+            "context": {"triggerKind": 1}}))
+        assert isinstance(reader.wait("real")["result"]["items"], list)
         assert proc.poll() is None, "the server died"
         # mistyped params of a known request: InvalidParams, not silence
         send(msg(id="bad", method="textDocument/inlineCompletion", params={"textDocument": 5}))
