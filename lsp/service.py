@@ -103,27 +103,42 @@ class Service:
         self.engine, self.engine_state = None, "loading"
         self.engine_options = self.options.values()
         try:
-            self.engine, state = await asyncio.get_running_loop().run_in_executor(
+            self.engine, state, fault = await asyncio.get_running_loop().run_in_executor(
                 self.worker, self._load, self.options.engine_config(), progress)
         finally:
             self.loads_in_flight -= 1
+        if fault is not None:
+            self._fault(fault)
         self.engine_state = state if self.loads_in_flight == 0 else "loading"
         if self.loads_in_flight == 0 and not done.done():
             done.set_result(None)
         return state
 
-    def _load(self, config: dict, progress: Progress) -> tuple[EngineClient | None, str]:
+    def _load(self, config: dict, progress: Progress) -> tuple[EngineClient | None, str, EngineError | None]:
+        """(engine, state, fault). A remote engine that is down, busy or still loading its model
+        is kept: the fault is shown once, requests answer empty meanwhile, and the client
+        connects again on the next request (no restart when the server comes up)."""
         old, self.built = self.built, None
         if old is not None:
             old.close()
+        engine = fault = None
         try:  # an in-process engine reports its stages (weights read and quantized, warm start)
             engine = make_engine(**config, progress=progress)
             engine.warm_start()  # first-request costs and step costs, or the remote's hello
+        except EngineError as e:
+            if engine is None or e.code not in TRANSIENT:  # refused credentials, wrong model...
+                log.error("engine failed to start: %s: %s", e.code, e.message)
+                if engine is not None:
+                    engine.close()
+                return None, f"failed: {e.code}: {e.message}", None
+            fault = e
         except Exception as e:  # a bad model dir, a missing remote module, out of memory...
             log.exception("engine failed to load")
-            return None, f"failed: {type(e).__name__}: {e}"
+            if engine is not None:
+                engine.close()
+            return None, f"failed: {type(e).__name__}: {e}", None
         self.built = engine
-        return engine, "ready"
+        return engine, "ready", fault
 
     def _fault(self, e: BaseException) -> None:
         """An engine call failed: an EngineError is shown once per code until a call succeeds;

@@ -22,64 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "lsp.server"],
                             server_env={"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
                                         "PYTHONPATH": str(ROOT)})
-# Real code (from completer/documents.py). The embedded pair was trained on a FIM layout llama.cpp's
-# /infill does not write (ours ends the prompt at the cursor: `<fim_suffix> s <fim_middle> p`), so
-# through /infill it writes little that survives post-processing: holes are tried until one shows.
-SOURCE = '''from functools import cache, cached_property
-from pathlib import Path
-
-from tree_sitter import Language, Parser, Point, Tree
-
-# LSP languageId / file extension → canonical grammar name.
-LANGUAGE_IDS = {
-    "python": "python", "javascript": "javascript", "javascriptreact": "javascript",
-    "typescript": "typescript", "typescriptreact": "tsx", "tsx": "tsx", "go": "go", "rust": "rust",
-}
-EXTENSIONS = {
-    ".py": "python", ".pyi": "python", ".js": "javascript", ".mjs": "javascript",
-    ".cjs": "javascript", ".jsx": "javascript", ".ts": "typescript", ".mts": "typescript",
-    ".cts": "typescript", ".tsx": "tsx", ".go": "go", ".rs": "rust",
-}
-# Above this size a document is kept as plain text: a first parse of 10 MB costs ≈1.5 s and a
-# completion never needs more than a few KB around the cursor.
-MAX_PARSE_BYTES = 2_000_000
-_EOL = re.compile(r"\\r\\n|\\r|\\n")
-ENCODINGS = ("utf-16", "utf-8", "utf-32")
-
-
-class PositionError(ValueError):
-    """A position outside the document (a line past the end)."""
-
-
-def language_for(language_id: str | None = None, path: str | None = None) -> str | None:
-    """Canonical grammar name from an LSP languageId or a file name; None = plain text."""
-    if language_id and language_id.lower() in LANGUAGE_IDS:
-        return LANGUAGE_IDS[language_id.lower()]
-    if path:
-        return EXTENSIONS.get(Path(path.split("?")[0]).suffix.lower())
-    return None
-
-
-@cache
-def ts_language(name: str) -> Language:
-    if name == "python":
-        import tree_sitter_python as m
-        return Language(m.language())
-    if name == "javascript":
-        import tree_sitter_javascript as m
-        return Language(m.language())
-    if name in ("typescript", "tsx"):
-        import tree_sitter_typescript as m
-        return Language(m.language_typescript() if name == "typescript" else m.language_tsx())
-    if name == "go":
-        import tree_sitter_go as m
-        return Language(m.language())
-    if name == "rust":
-        import tree_sitter_rust as m
-        return Language(m.language())
-    raise KeyError(name)
-
-'''
+# Real code: the head of completer/documents.py (after its docstring). The embedded pair was trained
+# on a FIM layout llama.cpp's /infill does not write (ours ends the prompt at the cursor:
+# `<fim_suffix> s <fim_middle> p`), so through /infill it writes little that survives
+# post-processing: holes are tried until one shows.
+_DOCUMENTS = (ROOT / "completer" / "documents.py").read_text()
+SOURCE = "\n".join(_DOCUMENTS[_DOCUMENTS.index('"""', 3) + 4:].split("\n")[:60]) + "\n"
 HOLES = [(i, m.end()) for i, ln in enumerate(SOURCE.split("\n"))  # (line, column): the rest of the line goes
          for m in [re.search(r"(= |return |\()", ln)] if m]
 
@@ -203,6 +151,28 @@ async def test_server_killed_mid_stream_then_back(client: LanguageClient):
         await _complete(client, uri, line, col)
         assert s.predicted_total() > before  # the same language server completes again
         assert (await _stats(client))["engine_error"] is None
+    finally:
+        s.kill()
+
+
+@pytest.mark.asyncio
+async def test_server_down_at_start_then_up(client: LanguageClient):
+    binary, gguf = llama_paths()
+    s = LlamaServer(binary, gguf)  # its port is chosen; nothing listens there yet
+    try:
+        stats = await _start(client, s.url)
+        assert stats["engine"] == "ready" and "unavailable" in stats["engine_error"]  # kept, not "failed"
+        uri = "file:///tmp/later.py"
+        _open(client, uri, with_hole(*HOLES[0]))
+        assert await _complete(client, uri, *HOLES[0]) == []
+        shown = [m.message for m in client.messages if "unavailable" in m.message]
+        assert len(shown) == 1 and s.url in shown[0]  # one message for the load and the request
+        s.start()
+        before = s.predicted_total()
+        await _complete(client, uri, *HOLES[0])
+        assert s.predicted_total() > before  # no restart, no new options: the next request connects
+        assert (await _stats(client))["engine_error"] is None
+        assert any(m.message == "completer: engine back" for m in client.messages)
     finally:
         s.kill()
 
