@@ -79,3 +79,14 @@ def test_bad_modes_and_groups_fail_clearly(tiny_pair):
         load_pair(str(target), str(draft), quant="mixed", quant_groups="attn=int8,ffn=int4")
     with pytest.raises(ValueError, match="expected one of"):
         parse_groups("mlp=int2")
+
+
+def test_nf4_on_the_cpu_refuses_widths_its_kernel_cannot_pack(tmp_path):
+    """bitsandbytes' CPU 4-bit kernel fails at the first forward with a reshape error when a
+    layer's input width is not a multiple of its block (64; the embedded target's is 288): the
+    load says so and names what works instead."""
+    from completer.engine.models import load_model
+
+    random_llama(96, 1, seed=0, vocab=300, dtype=torch.float32).save_pretrained(tmp_path)
+    with pytest.raises(ModelError, match=r"nf4 on the CPU needs layer input widths divisible by 64.*fast-int8"):
+        load_model(str(tmp_path), torch.device("cpu"), torch.float32, "nf4")

@@ -150,7 +150,21 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, quant: str =
         raise ModelError(f"cannot load model {name}: {first}") from None
     if q is None:
         model = model.to(device)
+    elif quant == "nf4" and device.type == "cpu":
+        _check_nf4_cpu(model, name)
     return model.eval()
+
+
+def _check_nf4_cpu(model, name: str) -> None:
+    """bitsandbytes' CPU 4-bit kernel repacks each weight by rows of `blocksize` inputs and fails
+    at the first forward (a reshape error) when a layer's input width is not a multiple of it."""
+    for mod_name, m in model.named_modules():
+        state = getattr(getattr(m, "weight", None), "quant_state", None)
+        block = getattr(state, "blocksize", None)
+        if block and getattr(m, "in_features", 0) % block:
+            raise ModelError(f"--quant nf4 on the CPU needs layer input widths divisible by {block} "
+                             f"(bitsandbytes); {name}'s {mod_name} takes {m.in_features}: use fast-int8 "
+                             "or mixed (ours), or nf4 on CUDA")
 
 
 def _fp16_pays(model, device: torch.device, dtype: torch.dtype) -> bool:
