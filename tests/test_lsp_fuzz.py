@@ -11,6 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+from test_transport_fuzz import junk  # the same hostile values for every transport
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -56,27 +58,6 @@ METHODS = ["initialize", "initialized", "textDocument/didOpen", "textDocument/di
            "textDocument/didClose", "textDocument/inlineCompletion", "completer/stats",
            "completer/feedback", "completer/documentInfo", "$/cancelRequest", "workspace/unknown",
            "textDocument/completion", ""]
-
-
-def junk(rng: random.Random, depth: int = 0):
-    kind = rng.randrange(9 if depth < 3 else 6)
-    if kind == 0:
-        return None
-    if kind == 1:
-        return rng.choice([True, False])
-    if kind == 2:
-        return rng.choice([0, -1, 2**31, 2**63, -(2**40), 1.5, float(rng.randrange(10**6))])
-    if kind == 3:
-        return "".join(rng.choice("ab\n\r\x00é😀{}\"\\") for _ in range(rng.randrange(12)))
-    if kind == 4:
-        return rng.choice(["file:///fz.py", "file:///nope", "", "python"])
-    if kind == 5:
-        return {"line": rng.choice([0, 1, -1, 10**9]), "character": rng.choice([0, 3, -5, 10**9])}
-    if kind == 6:
-        return [junk(rng, depth + 1) for _ in range(rng.randrange(4))]
-    keys = ["textDocument", "position", "uri", "text", "version", "contentChanges", "range", "id",
-            "accepted", "languageId", "start", "end", "context", "capabilities"]
-    return {rng.choice(keys): junk(rng, depth + 1) for _ in range(rng.randrange(5))}
 
 
 def valid_ish(rng: random.Random, i: int) -> bytes:

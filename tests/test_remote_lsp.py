@@ -14,7 +14,7 @@ import pytest
 import pytest_lsp
 from lsprotocol import types as t
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
-from test_remote_llamacpp import LlamaServer, llama_paths
+from test_remote_llamacpp import LlamaServer, llama, llama_paths  # noqa: F401 - llama: the shared server fixture
 
 from completer.remote.llamacpp import LlamaCpp
 
@@ -36,14 +36,6 @@ def with_hole(line: int, col: int) -> str:
     lines = SOURCE.split("\n")
     lines[line] = lines[line][:col]
     return "\n".join(lines)
-
-
-@pytest.fixture(scope="module")
-def llama():
-    binary, gguf = llama_paths()
-    s = LlamaServer(binary, gguf).start()
-    yield s
-    s.kill()
 
 
 @pytest_lsp.fixture(config=SERVER)
@@ -83,7 +75,7 @@ async def _complete(client: LanguageClient, uri: str, line: int, col: int) -> li
 
 
 @pytest.mark.asyncio
-async def test_holes_complete_and_the_stop_saves_tokens(client: LanguageClient, llama):
+async def test_holes_complete_and_the_stop_saves_tokens(client: LanguageClient, llama):  # noqa: F811
     stats = await _start(client, llama.url, max_new_tokens=200)
     assert stats["engine"] == "ready"
     line, col = HOLES[0]  # without the stop, llama-server generates all 200 tokens here
@@ -106,7 +98,7 @@ async def test_holes_complete_and_the_stop_saves_tokens(client: LanguageClient, 
 
 
 @pytest.mark.asyncio
-async def test_a_keystroke_cancels_the_older_request(client: LanguageClient, llama):
+async def test_a_keystroke_cancels_the_older_request(client: LanguageClient, llama):  # noqa: F811
     # a new block, degenerate output allowed: one request alone generates for a while here
     await _start(client, llama.url, max_new_tokens=300, stop_degenerate=False)
     text = SOURCE + "\n\ndef main():\n    "

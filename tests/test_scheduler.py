@@ -159,18 +159,7 @@ def test_concurrent_documents_batch_and_match_serial(tok):  # noqa: F811
     serial = engine(pair, max_new_tokens=12)
     want = {d: serial.complete_ids(p, doc_key=d)[0] for d, p in prompts.items()}
     e = engine(pair, max_new_tokens=12, max_batch=4, batch_wait_ms=50)
-    together = threading.Barrier(3)
-    seen: list[int] = []
-
-    def first_step(ids):
-        if threading.get_ident() not in seen:
-            seen.append(threading.get_ident())
-            together.wait()  # all three live before any verify step
-
-    runs = {d: in_thread(e.complete_ids, p, doc_key=d, on_tokens=first_step) for d, p in prompts.items()}
-    for d, (th, box) in runs.items():
-        th.join()
-        assert box["out"][0] == want[d]
+    assert run_together(e, prompts) == want
     assert e.sched.batcher.batched_calls > 0
 
 
@@ -236,18 +225,23 @@ def verify_widths_together(pair, step_tokens: int) -> tuple[list[int], dict]:
         return real(runner, ids)
 
     e.sched.batcher.forward = spy
-    together = threading.Barrier(3)
+    return widths, run_together(e, prompts)
+
+
+def run_together(e, prompts: dict[str, list[int]]) -> dict[str, list[int]]:
+    """Each document's ids, its generation in its own thread; all are live before any verify step."""
+    together = threading.Barrier(len(prompts))
     seen: list[int] = []
 
     def first_step(ids):
         if threading.get_ident() not in seen:
             seen.append(threading.get_ident())
-            together.wait()  # all three live before any verify step
+            together.wait()
 
     runs = {d: in_thread(e.complete_ids, p, doc_key=d, on_tokens=first_step) for d, p in prompts.items()}
     for th, _ in runs.values():
         th.join()
-    return widths, {d: box["out"][0] for d, (_, box) in runs.items()}
+    return {d: box["out"][0] for d, (_, box) in runs.items()}
 
 
 def test_batched_verify_width_is_capped_and_output_unchanged(tok):  # noqa: F811
