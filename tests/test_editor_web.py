@@ -228,20 +228,22 @@ def completer_serve(tmp_path, parrot_pair):  # noqa: F811 (the imported fixture)
 def page_state(cdp: Cdp) -> dict:
     return cdp.js("""(() => {
       const v = window.completerView, g = document.querySelector('.cm-ghost');
-      if (!v) return { state: 'loading', ghost: '', value: '', latency: '', errors: [] };
+      if (!v) return { state: 'loading', ghost: '', value: '', latency: '', done: '', errors: [] };
       return { state: document.body.dataset.state, ghost: g ? g.textContent : '',
                value: v.state.doc.toString(), cursor: v.state.selection.main.head,
                latency: document.getElementById('latency').textContent,
+               done: document.getElementById('latency').dataset.request || '',
                errors: [...document.querySelectorAll('#errors li')].map((li) => li.textContent),
                status: document.getElementById('status').textContent };
     })()""")
 
 
-def wait_ghost(cdp: Cdp, latency_before: str) -> dict:
-    """A ghost text that streamed in (a chunk before the done frame) and its done frame."""
+def wait_ghost(cdp: Cdp, done_before: str) -> dict:
+    """A ghost text and the done frame of a newer request than `done_before`'s (by request id:
+    two requests' timings can print the same latency line)."""
     def finished():
         s = page_state(cdp)
-        return s if s["ghost"].strip() and "page:" in s["latency"] and s["latency"] != latency_before else None
+        return s if s["ghost"].strip() and "page:" in s["latency"] and s["done"] != done_before else None
     s = wait_for(finished, 60, "a streamed ghost text and its done frame", step=0.2, detail=lambda: page_state(cdp))
     assert s["errors"] == [], s["errors"]
     assert "TTFT" in s["latency"] and re.search(r"first chunk \d+ ms", s["latency"]), s["latency"]
@@ -259,7 +261,7 @@ def drive_page(cdp: Cdp, page_url: str, shot: Path) -> None:
     before = page_state(cdp)
     cdp.type("    return fibonacci(n - 1) + ")
     typed = before["value"] + "    return fibonacci(n - 1) + "
-    s = wait_ghost(cdp, before["latency"])
+    s = wait_ghost(cdp, before["done"])
     assert s["value"] == typed and s["cursor"] == len(typed)
     ghost = s["ghost"]
     shot.write_bytes(base64.b64decode(cdp.call("Page.captureScreenshot", format="png")["data"]))
@@ -271,7 +273,7 @@ def drive_page(cdp: Cdp, page_url: str, shot: Path) -> None:
     cdp.key("Enter", "Enter", 13, text="\r")
     cdp.type("x = ")
     typed = page_state(cdp)["value"]
-    s = wait_ghost(cdp, s["latency"])
+    s = wait_ghost(cdp, s["done"])
     ghost = s["ghost"]
     cdp.key("ArrowRight", "ArrowRight", 39, modifiers=2)  # Ctrl+Right: one word
     s = page_state(cdp)
@@ -280,7 +282,7 @@ def drive_page(cdp: Cdp, page_url: str, shot: Path) -> None:
     assert s["ghost"] == ghost[len(taken):]
 
     cdp.type(" + ")
-    s = wait_ghost(cdp, s["latency"])
+    s = wait_ghost(cdp, s["done"])
     value = s["value"]
     cdp.key("Escape", "Escape", 27)
     s = page_state(cdp)

@@ -164,6 +164,7 @@ function connect(url) {
     const parts = formatStats(stats);
     parts.push(`page: first chunk ${cur.tFirst ? Math.round(cur.tFirst - cur.t0) : "–"} ms, done ${Math.round(performance.now() - cur.t0)} ms`);
     latencyEl.textContent = parts.join(" · ");
+    latencyEl.dataset.request = String(id);  // whose done frame the line shows (timings can repeat)
     if (!text) cur.id = null;
   };
   client.onError = (id, code, message) => {
