@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import msgpack
@@ -38,12 +39,25 @@ from keystrokes import OUT, pct, pick_sites
 SETUPS = (("on", 16, None), ("on-nocap", 16, 0), ("off", 1, 0))  # (name, --max-batch, --batch-step-tokens)
 
 
+def evicted(ws_url: str) -> int | None:
+    """completer_engine_evictions from the server's /metrics."""
+    url = ws_url.replace("ws://", "http://").removesuffix("/ws") + "/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            m = re.search(r"^completer_engine_evictions (\S+)", r.read().decode(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(float(m.group(1))) if m else None
+
+
 def start_server(a, max_batch: int, step_tokens: int | None) -> tuple[subprocess.Popen, str]:
     argv = [sys.executable, "-m", "completer.cli", "serve", "--port", "0", "--max-batch", str(max_batch),
             "--batch-wait-ms", str(a.batch_wait_ms), "--max-new-tokens", str(a.max_new), "--batch-step-tokens",
             str(a.step_tokens if step_tokens is None else step_tokens)]
     if a.target:
         argv += ["--target", a.target, "--draft", a.draft]
+    if a.kv_budget_mb is not None:
+        argv += ["--kv-budget-mb", str(a.kv_budget_mb)]
     env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "TOKENIZERS_PARALLELISM": "false"}
     p = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
     port = None
@@ -114,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="rounds; each round runs every setup once")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--head-tokens", type=int, default=600)
+    ap.add_argument("--kv-budget-mb", type=float, help="the servers' KV budget (default: theirs)")
     ap.add_argument("--out", type=Path, default=OUT / "concurrency.json")
     a = ap.parse_args(argv)
     from completer.engine.models import load_tokenizer
@@ -132,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name, (_, url) in servers.items():
                     r = asyncio.run(load(url, sites, e, a.requests, 1000 * rnd))
                     results.append({**r, "batching": name, "round": rnd})
+        evictions = {name: evicted(url) for name, (_, url) in servers.items()}
     finally:
         for p, _ in servers.values():
             p.terminate()
@@ -151,8 +167,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:8s} {e:7d} {rs[0]['requests']:5d} {m['req_per_s']:6.2f} {m['tokens_per_s']:7.1f} "
                   f"{m['p50_ms']:7.1f} {m['p90_ms']:7.1f} {m['p99_ms']:7.1f} {m['queue_p50_ms']:9.1f}  "
                   f"{errs or '-'}  {[round(r['p99_ms']) for r in rs]}")
+    print("KV evictions (documents whose cache was dropped for the budget):", evictions)
     OUT.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(a).items()}, "results": results}, indent=1))
+    a.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(a).items()}, "results": results,
+                                 "evictions": evictions}, indent=1))
     print(f"wrote {a.out}")
     return 0
 
