@@ -100,7 +100,7 @@ def holes(files, n: int, seed: int) -> list[tuple[str, str, str]]:
         i = rng.randrange(len(lines))
         ln = lines[i]
         body = ln.strip()
-        if len(body) < 12 or body.startswith("#") or body.startswith(('"""', "'''")):
+        if len(body) < 12 or body.startswith(("#", '"""', "'''")):
             continue
         indent = len(ln) - len(ln.lstrip())
         cut = rng.randint(indent + 1, len(ln) - 4)

@@ -66,13 +66,12 @@ def build(preset_name: str, out_dir: Path, run_dir: Path, seed: int = 0,
     tt = replace(p.target_train, steps=target_steps) if target_steps else p.target_train
     dt = replace(p.draft_train, steps=draft_steps) if draft_steps else p.draft_train
     run_dir.mkdir(parents=True, exist_ok=True)
-    logf = open(run_dir / "log.txt", "a")
 
     def log(msg: str) -> None:
         line = f"{time.strftime('%H:%M:%S')} {msg}"
         print(line, file=sys.stderr, flush=True)
-        logf.write(line + "\n")
-        logf.flush()
+        with open(run_dir / "log.txt", "a") as logf:  # a line at a time: the log survives a killed build
+            logf.write(line + "\n")
 
     torch.manual_seed(seed)
     train_files = corpus_files(split="train")[: p.max_files]

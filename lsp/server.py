@@ -109,7 +109,7 @@ class Protocol(LanguageServerProtocol):
             message = {"jsonrpc": "2.0", "method": method, "params": data.get("params")}  # params are optional
             try:
                 return self._converter.structure({**message, "id": msg_id} if has_id else message, kind)
-            except Exception:  # params of the wrong shape for the method
+            except Exception:  # noqa: BLE001 - params of the wrong shape for the method
                 if has_id:
                     self.reply_error(msg_id, JsonRpcInvalidParams(f"invalid params for {method}"))
                 return None
@@ -121,7 +121,7 @@ class Protocol(LanguageServerProtocol):
                 if data.get("jsonrpc") != "2.0" or msg_id is None:
                     raise ValueError('"jsonrpc": "2.0" and an integer or string id expected')
                 return self._converter.structure({"jsonrpc": "2.0", "id": msg_id, key: data[key]}, kind)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - any malformed response is logged, never answered
                 log.warning("malformed response from the client (%s): %.200r", e, data)
                 return None
         self.reply_error(msg_id, JsonRpcInvalidRequest("neither a request, a notification nor a response"))
@@ -195,7 +195,7 @@ class CompleterServer(LanguageServer):
     async def _begin_progress(self, token: str) -> bool:
         try:
             await self.work_done_progress.create_async(token)
-        except Exception:  # the client refused the token: load without progress
+        except Exception:  # noqa: BLE001 - the client refused the token: load without progress
             return False
         self.work_done_progress.begin(token, t.WorkDoneProgressBegin(
             title="completer", message="loading models", percentage=0, cancellable=False))

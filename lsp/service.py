@@ -286,7 +286,7 @@ class Service:
             req.stop()
             self.counters["cancelled"] += 1
             raise
-        except Exception as e:  # EngineError: shown once; anything else: logged; both answer empty
+        except Exception as e:  # noqa: BLE001 - EngineError: shown once; anything else: logged; both answer empty
             self._fault(e)
             return None
         finally:
@@ -324,7 +324,7 @@ class Service:
         if self.engine is not None:  # on the engine thread: after the forgets queued before
             try:
                 engine_stats = await asyncio.get_running_loop().run_in_executor(self.worker, self.engine.stats)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - a stats call never fails the request
                 self._fault(e)
         c = self.counters
         judged = c["accepted"] + c["rejected"]

@@ -82,6 +82,7 @@ def test_language_server_needs_no_torch():
     import sys
 
     code = "import sys, lsp.server, completer.remote; print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

@@ -15,7 +15,7 @@ EXAMPLE = ROOT / "examples" / "fib.py"
 
 def run(*args: str, timeout: int = 180) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "completer.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)
+                          text=True, timeout=timeout, cwd=ROOT, check=False)
 
 
 def test_embedded_pair_completes_a_real_file():
@@ -85,7 +85,7 @@ def test_options_schema_and_config_sources(tmp_path):
     user.mkdir(parents=True)
     (user / "config.toml").write_text("max_new_tokens = 16\ntemperature = 0.5\n")
     r = subprocess.run([sys.executable, "-m", "completer.cli", "config", str(tmp_path / "proj" / "pkg"), "--json",
-                        "--temperature", "0.2"], capture_output=True, text=True, cwd=ROOT,
+                        "--temperature", "0.2"], capture_output=True, text=True, cwd=ROOT, check=False,
                        env={**__import__("os").environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg")})
     assert r.returncode == 0, r.stderr
     eff = json.loads(r.stdout)

@@ -211,7 +211,7 @@ class Transport:
             try:
                 while True:
                     self.out.add(self.ws.recv())
-            except Exception:  # the connection closed
+            except Exception:  # noqa: BLE001 - the connection closed
                 return
         threading.Thread(target=read_ws, daemon=True).start()
 
