@@ -125,18 +125,16 @@ class Service:
         try:  # an in-process engine reports its stages (weights read and quantized, warm start)
             engine = make_engine(**config, progress=progress)
             engine.warm_start()  # first-request costs and step costs, or the remote's hello
-        except EngineError as e:
-            if engine is None or e.code not in TRANSIENT:  # refused credentials, wrong model...
-                log.error("engine failed to start: %s: %s", e.code, e.message)
+        except Exception as e:  # a bad model dir, refused credentials, out of memory...
+            known = isinstance(e, EngineError)
+            if known and engine is not None and e.code in TRANSIENT:
+                fault = e  # the server is down, busy or loading: kept, it may come up
+            else:
+                why = f"{e.code}: {e.message}" if known else f"{type(e).__name__}: {e}"
+                log.error("engine failed to load: %s", why, exc_info=not known)
                 if engine is not None:
                     engine.close()
-                return None, f"failed: {e.code}: {e.message}", None
-            fault = e
-        except Exception as e:  # a bad model dir, a missing remote module, out of memory...
-            log.exception("engine failed to load")
-            if engine is not None:
-                engine.close()
-            return None, f"failed: {type(e).__name__}: {e}", None
+                return None, f"failed: {why}", None
         self.built = engine
         return engine, "ready", fault
 
