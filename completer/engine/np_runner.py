@@ -140,10 +140,10 @@ class NumpyRunner(LlamaRunner):
     SHORT = 32  # tokens; NumPy (1 thread) ≈ torch at 64 on 2 AVX2 cores; prefill goes to torch
     # A short forward is ~35 small products, each a parallel region on more than one torch thread:
     # faster on an idle machine, slower when another process holds a core (the region waits for
-    # the thread it lost). Measured on 2 cores, median step ms, 1 vs 2 threads: idle-ish, 0.5B
-    # fast-int8 18.4 vs 15.0, embedded target 1.33 vs 1.12; with one core busy, 0.5B 18.8 vs 31.4
-    # (an earlier session saw 25 vs 600). Hence `threads` (EngineConfig.decode_threads) defaults
-    # to 1. Prefill keeps torch's threads.
+    # the thread it lost). `python bench/steps.py` on 2 cores, median step ms, 1 vs 2 threads:
+    # 0.5B fast-int8 idle 31.4 vs 24.2, one core busy 30.8 vs 85.4; embedded target idle 2.80 vs
+    # 2.62, busy 3.15 vs 5.92. Hence `threads` (EngineConfig.decode_threads) defaults to 1.
+    # Prefill keeps torch's threads.
 
     def __init__(self, weights: LlamaWeights, max_len: int | None = None, threads: int = 1):
         w = weights
