@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from .client import Completion, EngineClient
 from .documents import PositionError, Snapshot, language_for, parse_snapshot
 from .syntax import Mode, SyntaxOptions, gate, make_stop, node_kind, postprocess, select_context
+from .syntax.stream import Stream
 
 FIM_TOKENS = 3  # <fim_suffix>, <fim_middle> and <fim_prefix>/none: the engine's build_prompt keeps 3
 
@@ -60,7 +61,8 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
                 cancel: threading.Event | None = None,
                 on_text: Callable[[str], None] | None = None) -> Completion:
     """One completion at `position` of `text` (a string, or a documents.Snapshot with its tree).
-    `on_text` receives raw deltas as they are verified; the returned text is post-processed."""
+    `on_text` receives deltas of text the returned (post-processed) text starts with, as it
+    settles (syntax/stream.py)."""
     t0 = time.perf_counter()
     snap = _snapshot(text, language)
     offset = resolve_offset(snap, position)
@@ -73,8 +75,9 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
     stop = make_stop(snap, offset, decision.mode, options.syntax)
     t1 = time.perf_counter()
     kind = node_kind(snap, offset)  # the engine adapts its draft length per kind of node
+    shown = Stream(snap, offset, decision.mode, options.syntax, on_text) if on_text is not None else None
     comp = engine.complete(ctx.prefix, ctx.suffix, doc_key=doc_key, max_new=options.max_new_tokens,
-                           stop_text=stop, cancel=cancel, on_text=on_text, node_kind=kind)
+                           stop_text=stop, cancel=cancel, on_text=shown.feed if shown else None, node_kind=kind)
     t2 = time.perf_counter()
     raw = comp.text
     cut = stop(raw)  # generation may have ended by EOS or length before the stop fired
@@ -82,6 +85,8 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
         comp.stop_reason = "degenerate"
     post = postprocess(snap, offset, raw if cut is None else raw[:cut], decision.mode,
                        options.syntax.parse_check)
+    if shown is not None:
+        post = shown.settle(post)
     t3 = time.perf_counter()
     comp.extra.update(syntax, node_kind=kind, context_tokens=ctx.tokens, raw_context_tokens=ctx.raw_tokens,
                       tokens_saved=ctx.saved, spans=[(s.kind, s.start, s.end) for s in ctx.spans],
@@ -106,13 +111,13 @@ def make_engine(engine: str | None = None, *, engine_api_key: str | None = None,
                 progress: Callable[[int, str], None] | None = None, **config) -> EngineClient:
     """A remote engine when `engine` is a URL (ws://, llamacpp:http://, openai:http://), else the
     in-process engine built from EngineConfig's options. Loads models or connects: slow.
-    `progress(percent, message)` follows an in-process load (warm_start reaches 100 %)."""
+    `progress(percent, message)` follows an in-process load (warm_start reaches 100 %).
+    `engine_api_key` is the key to send, as config.Resolved.engine_key decided (None: none; the
+    environment is not read here, so that a key never reaches an engine it was not set for)."""
     if engine:
-        import os
-
         from .remote import connect
 
-        key = engine_api_key or os.environ.get("COMPLETER_API_KEY")
+        key = engine_api_key or ""  # "": connect must not fall back to the environment either
         return connect(engine, token=key, api_key=key, model=engine_model,
                        fim_format=config.get("fim_format", "auto"), timeout_ms=engine_timeout_ms,
                        retries=engine_retries)
