@@ -1,6 +1,7 @@
 // The demo page's logic without the DOM: the WebSocket client for `completer serve`
 // (hello, complete with streamed chunks, warmup, cancel, feedback, error frames) and the
-// ghost-text rules (triggers, word and line accept, type-through). editor.js wires it to the page.
+// ghost-text rules (triggers, word and line accept, type-through, the accept guard after a ghost
+// is taken back). editor.js wires it to the page.
 import { decode, encode as encodeAll } from "@msgpack/msgpack";
 
 /** Frames leave out absent fields (undefined) rather than sending nil. */
@@ -41,6 +42,35 @@ export function nextLine(ghost) {
 export function typeThrough(ghost, inserted) {
   if (!ghost || !inserted || !ghost.startsWith(inserted)) return null;
   return ghost.slice(inserted.length);
+}
+
+/**
+ * True when replacing the ghost text `shown` by `next` (null: none) takes back something the
+ * user saw: the new ghost does not extend the old one. The server never does this on its own
+ * (its `done` text starts with its chunks), but an error, a lost connection or a type-through
+ * remainder replaced by a new reply still can.
+ */
+export function isWithdrawal(shown, next) {
+  return Boolean(shown) && !(next && next.startsWith(shown));
+}
+
+/** How long accept keys do nothing after a ghost was taken back (ms). */
+export const ACCEPT_GUARD_MS = 300;
+
+/**
+ * After a withdrawal, the key the user pressed to accept what they saw must not edit: for
+ * `ms` the accept keys are swallowed (no ghost taken, no indent). `now` is the clock (ms).
+ */
+export class AcceptGuard {
+  constructor(ms = ACCEPT_GUARD_MS, now = () => performance.now()) {
+    this.ms = ms;
+    this.now = now;
+    this.at = -Infinity;
+  }
+
+  withdrawn() { this.at = this.now(); }
+
+  get blocking() { return this.now() - this.at < this.ms; }
 }
 
 /**

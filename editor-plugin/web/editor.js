@@ -1,13 +1,14 @@
 // The demo page: a CodeMirror 6 editor (Python) whose ghost text streams in from `completer
 // serve` as chunks arrive. Query parameters: ws (WebSocket URL), token, debounce (ms), max
-// (max_new_tokens), doc (document name), lang (language id). Keys: Tab accepts all,
-// Ctrl+→ a word, Ctrl+↓ a line, Esc dismisses; without ghost text they do what they usually do.
+// (max_new_tokens), doc (document name), lang (language id), guard (ms the accept keys do nothing
+// after a shown ghost was taken back, default 300). Keys: Tab accepts all, Ctrl+→ a word, Ctrl+↓
+// a line, Esc dismisses; without ghost text they do what they usually do.
 import { defaultKeymap, history, historyKeymap, indentWithTab } from "@codemirror/commands";
 import { python } from "@codemirror/lang-python";
 import { HighlightStyle, syntaxHighlighting } from "@codemirror/language";
 import { EditorState, Prec } from "@codemirror/state";
 import { EditorView, drawSelection, highlightActiveLine, keymap, lineNumbers } from "@codemirror/view";
-import { CompleterClient, formatStats, isWarmupTrigger } from "./client.js";
+import { ACCEPT_GUARD_MS, AcceptGuard, CompleterClient, formatStats, isWarmupTrigger, isWithdrawal } from "./client.js";
 import { acceptSpec, ghostDecorations, ghostField, setGhost } from "./ghost.js";
 import { tags as t } from "@lezer/highlight";
 
@@ -29,6 +30,7 @@ const cfg = {
   maxNewTokens: params.has("max") ? Number(params.get("max")) : undefined,
   doc: params.get("doc") || "demo.py",
   language: params.get("lang") || "python",
+  guardMs: Number(params.get("guard") ?? ACCEPT_GUARD_MS),
 };
 
 const $ = (id) => document.getElementById(id);
@@ -43,6 +45,7 @@ let debounceTimer = null;
 let client = null;
 let retryMs = 500;
 let view = null;
+const guard = new AcceptGuard(cfg.guardMs);
 
 function setState(state, text) {
   document.body.dataset.state = state;
@@ -70,6 +73,15 @@ function showGhost(ghost) {
   document.body.dataset.ghost = ghost ? "shown" : "none";
 }
 
+/** The ghost as the server's frames say (null: none). Replacing a ghost the user saw by one that
+ * does not extend it is a withdrawal: the accept keys then do nothing for a moment. */
+function serverGhost(ghost) {
+  const shown = view.state.field(ghostField);
+  const next = ghost && shown && ghost.at === shown.at ? ghost.text : null;
+  if (isWithdrawal(shown && shown.text, next)) guard.withdrawn();
+  showGhost(ghost);
+}
+
 function context(state) {
   const pos = state.selection.main.head;
   return { doc: cfg.doc, language: cfg.language, prefix: state.doc.sliceString(0, pos),
@@ -91,8 +103,10 @@ function schedule() {
   debounceTimer = setTimeout(request, cfg.debounceMs);
 }
 
-/** Accept-key command: takes `unit` of the ghost, or returns false so the key does its usual. */
+/** Accept-key command: takes `unit` of the ghost, or returns false so the key does its usual;
+ * right after a withdrawal it does nothing (the press was meant for the ghost that went away). */
 const accept = (unit) => (v) => {
+  if (guard.blocking) return true;
   const a = acceptSpec(v.state, unit);
   if (!a) return false;
   v.dispatch(a.spec);
@@ -145,7 +159,7 @@ function connect(url) {
     } else if (state === "closed") {
       setState("closed", `disconnected (${detail}); retrying in ${retryMs / 1000} s`);
       Object.assign(cur, { id: null, at: -1, streamed: "", accepted: 0 });
-      showGhost(null);
+      serverGhost(null);
       const me = client;
       setTimeout(() => { if (client === me) connect(url); }, retryMs);
       retryMs = Math.min(retryMs * 2, 10000);
@@ -155,14 +169,15 @@ function connect(url) {
     if (id !== cur.id) return;
     if (!cur.tFirst) cur.tFirst = performance.now();
     cur.streamed += delta;
-    showGhost({ at: cur.at, text: cur.streamed });
+    serverGhost({ at: cur.at, text: cur.streamed });
   };
   client.onDone = (id, text, cancelled, stats) => {
     if (id !== cur.id || cancelled) return;
-    // The final text may differ from the streamed chunks (post-processing): it wins.
-    showGhost(text ? { at: cur.at, text } : null);
+    // The final text starts with the chunks (the server streams only settled text); it wins.
+    if (!cur.tFirst && text) cur.tFirst = performance.now();
+    serverGhost(text ? { at: cur.at, text } : null);
     const parts = formatStats(stats);
-    parts.push(`page: first chunk ${cur.tFirst ? Math.round(cur.tFirst - cur.t0) : "–"} ms, done ${Math.round(performance.now() - cur.t0)} ms`);
+    parts.push(`page: first text ${cur.tFirst ? Math.round(cur.tFirst - cur.t0) : "–"} ms, done ${Math.round(performance.now() - cur.t0)} ms`);
     latencyEl.textContent = parts.join(" · ");
     latencyEl.dataset.request = String(id);  // whose done frame the line shows (timings can repeat)
     if (!text) cur.id = null;
@@ -171,7 +186,7 @@ function connect(url) {
     showError(id, code, message);
     if (id !== null && id === cur.id) {
       cur.id = null;
-      showGhost(null);
+      serverGhost(null);
     }
   };
   client.connect();

@@ -1,7 +1,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { decode, encode } from "@msgpack/msgpack";
-import { CompleterClient, formatStats, isWarmupTrigger, nextWord, typeThrough, withToken } from "../client.js";
+import { ACCEPT_GUARD_MS, AcceptGuard, CompleterClient, formatStats, isWarmupTrigger, isWithdrawal, nextWord, typeThrough,
+         withToken } from "../client.js";
 
 /** A stand-in for the browser WebSocket: records sent frames, lets the test play the server. */
 class FakeSocket {
@@ -153,4 +154,23 @@ test("latency line from flat or nested stats", () => {
   assert.deepEqual(formatStats({ engine_ttft_ms: 16, total_ms: 34, engine: { new_tokens: 1, accepted_per_forward: 1, ttft_ms: 99 } }),
                    ["TTFT 16 ms", "total 34 ms", "1 token", "τ 1.00"]);
   assert.deepEqual(formatStats({}), []);
+});
+
+test("a ghost replaced by one that does not extend it is a withdrawal", () => {
+  assert.equal(isWithdrawal("get_name, 'a', '", "get_name"), true);
+  assert.equal(isWithdrawal("get_name", null), true);
+  assert.equal(isWithdrawal("get_name", "get_name()"), false, "extended: nothing taken back");
+  assert.equal(isWithdrawal("", "x"), false, "nothing was shown");
+  assert.equal(isWithdrawal(null, null), false);
+});
+
+test("after a withdrawal the accept keys are held for the guard's time, then free again", () => {
+  let now = 1000;
+  const g = new AcceptGuard(ACCEPT_GUARD_MS, () => now);
+  assert.equal(g.blocking, false, "no withdrawal yet");
+  g.withdrawn();
+  now += 299;
+  assert.equal(g.blocking, true);
+  now += 1;
+  assert.equal(g.blocking, false);
 });
