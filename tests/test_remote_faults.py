@@ -1,11 +1,15 @@
 """Fault shapes a real server cannot be made to produce on demand, from a small fake HTTP server:
 a stream cut mid-way, 429 with Retry-After, 5xx, malformed JSON and SSE, an error event
 mid-stream, a server that never answers, a refused connection. Each is one EngineError with the
-right code and a message for the user (never the API key), and the next request recovers."""
+right code and a message for the user (never the API key), and the next request recovers.
+And servers that never stop sending (an SSE line without end, deltas past `max_tokens`, a stream
+that trickles past the deadline, an endless JSON body; a WebSocket server with a huge frame,
+endless chunks or no answer): each read is bounded and the client hangs up."""
 from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -42,6 +46,8 @@ class Fake(ThreadingHTTPServer):
         self.mode = "ok"       # what POSTs get (GETs always answer /props and /models)
         self.seen_auth: list[str | None] = []
         self.hang = threading.Event()
+        self.sent = 0                      # bytes of the last endless answer written before the client hung up
+        self.hung_up = threading.Event()   # the client closed an endless answer
         threading.Thread(target=self.serve_forever, args=(0.02,), daemon=True).start()
 
     @property
@@ -97,6 +103,32 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, b'{"object": "error", "message": "The model `x` does not exist.", "code": 404}')
         elif mode == "hang":
             self.server.hang.wait(30)
+        elif mode in ENDLESS:
+            self._endless(*ENDLESS[mode])
+
+    def _endless(self, ctype: str, head: bytes, piece: bytes, pause: float) -> None:
+        """`head`, then `piece` again and again until the client hangs up (or the test ends)."""
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.end_headers()
+        self.server.sent = 0
+        try:
+            self.wfile.write(head)
+            while not self.server.hang.is_set():
+                self.wfile.write(piece)
+                self.server.sent += len(piece)
+                if pause:
+                    self.server.hang.wait(pause)
+        except OSError:
+            self.server.hung_up.set()
+
+
+ENDLESS = {  # mode → (content type, head, piece repeated, pause between pieces in s)
+    "long_line": ("text/event-stream", b'data: {"content": "', b"x" * 65536, 0.0),
+    "endless": ("text/event-stream", b"", sse(chunk("a"), {"content": "a", "stop": False}), 0.0),
+    "trickle": ("text/event-stream", b"", sse(chunk("a"), {"content": "a", "stop": False}), 0.05),
+    "huge_json": ("application/json", b'{"content": "', b"x" * 65536, 0.0),
+}
 
 
 @pytest.fixture
@@ -179,3 +211,128 @@ def test_the_remote_package_never_imports_torch():
             "print('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() \
         == "False"
+
+
+@pytest.mark.parametrize("name", ["llamacpp", "openai"])
+def test_an_sse_line_without_end_is_cut_at_its_cap(fake, name):
+    from completer.remote.transport import MAX_LINE
+
+    c = clients(fake)[name]
+    c.warm_start()
+    fake.mode = "long_line"
+    with pytest.raises(EngineError) as err:
+        c.complete("x = ", "", doc_key="l.py")
+    assert err.value.code == "internal" and "SSE line" in err.value.message
+    assert fake.hung_up.wait(30)
+    assert fake.sent < MAX_LINE + 8 * 2**20  # what the client read, plus what the sockets' buffers took
+
+
+@pytest.mark.parametrize("name", ["llamacpp", "openai"])
+def test_deltas_past_max_tokens_stop_at_the_limit(fake, name):
+    from completer.remote.transport import read_limit
+
+    c = clients(fake)[name]
+    fake.mode = "endless"
+    r = c.complete("x = ", "", doc_key="e.py", max_new=16)
+    assert r.stop_reason == "length" and r.text == "a" * read_limit(16)
+    assert fake.hung_up.wait(30)  # the client hung up: the server stops generating
+
+
+@pytest.mark.parametrize("name", ["llamacpp", "openai"])
+def test_a_stream_still_going_at_the_deadline_fails(fake, name):
+    c = clients(fake, timeout_ms=400)[name]
+    c.warm_start()
+    fake.mode = "trickle"  # a delta every 50 ms: 80 of them (the limit for 64 tokens) would take 4 s
+    with pytest.raises(EngineError) as err:
+        c.complete("x = ", "", doc_key="t.py", max_new=64)
+    assert err.value.code == "unavailable" and "within 400 ms" in err.value.message
+    assert fake.hung_up.wait(30)
+    fake.mode = "ok"
+    assert c.complete("def f(a, b):\n    return ", "\n", doc_key="h.py").text == "a + b"
+
+
+@pytest.mark.parametrize("name", ["llamacpp", "openai"])
+def test_an_endless_json_answer_is_cut_at_its_cap(fake, name):
+    from completer.remote.transport import MAX_BODY
+
+    c = clients(fake)[name]
+    c.warm_start()
+    fake.mode = "huge_json"
+    with pytest.raises(EngineError) as err:
+        c.warmup("x = ", "", doc_key="j.py")
+    assert err.value.code == "internal" and "MiB" in err.value.message
+    assert fake.hung_up.wait(30)
+    assert fake.sent < MAX_BODY + 8 * 2**20
+
+
+class FakeWs:
+    """A WebSocket server that says hello (ready) and answers each complete frame by `mode`:
+    "huge" (one frame over the client's MAX_FRAME), "endless" (chunks until cancelled),
+    "silent" (nothing). It records the frame types it received."""
+
+    def __init__(self, mode: str):
+        import msgpack
+        from websockets.sync.server import serve
+
+        self.mode, self.seen, self.pack, self.unpack = mode, [], msgpack.packb, msgpack.unpackb
+        self.server = serve(self._handle, "127.0.0.1", 0, max_size=None, compression=None)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"ws://127.0.0.1:{self.server.socket.getsockname()[1]}"
+
+    def _handle(self, ws) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        from completer.remote.ws import MAX_FRAME
+
+        cancelled: set = set()
+        try:
+            for data in ws:
+                msg = self.unpack(data)
+                self.seen.append(msg["type"])
+                if msg["type"] == "hello":
+                    ws.send(self.pack({"type": "hello", "ready": True, "model": {"max_new_tokens": 16}}))
+                elif msg["type"] == "cancel":
+                    cancelled.add(msg["id"])
+                elif msg["type"] == "complete" and self.mode == "huge":
+                    ws.send(self.pack({"type": "chunk", "id": msg["id"], "text": "x" * MAX_FRAME}))
+                elif msg["type"] == "complete" and self.mode == "endless":
+                    threading.Thread(target=self._chunks, args=(ws, msg["id"], cancelled), daemon=True).start()
+        except ConnectionClosed:
+            pass
+
+    def _chunks(self, ws, id_, cancelled: set) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            while id_ not in cancelled:
+                ws.send(self.pack({"type": "chunk", "id": id_, "text": "a"}))
+        except ConnectionClosed:
+            pass
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+@pytest.mark.parametrize("mode", ["huge", "endless", "silent"])
+def test_a_websocket_server_that_never_stops_is_bounded(mode):
+    from completer.remote.transport import read_limit
+
+    fake = FakeWs(mode)
+    c = connect(fake.url, timeout_ms=1500, retries=0)
+    try:
+        if mode == "endless":
+            r = c.complete("x = ", "", doc_key="w.py", max_new=8)
+            assert r.stop_reason == "length" and r.text == "a" * read_limit(8)
+        else:
+            with pytest.raises(EngineError) as err:
+                c.complete("x = ", "", doc_key="w.py")
+            assert err.value.code == "unavailable"
+            assert ("1009" in err.value.message) if mode == "huge" else ("within 1500 ms" in err.value.message)
+        for _ in range(200):  # the cancel frame may arrive after the call returned
+            if mode == "huge" or "cancel" in fake.seen:
+                break
+            time.sleep(0.01)
+        assert mode == "huge" or "cancel" in fake.seen  # the server was told to stop
+    finally:
+        c.close()
+        fake.close()

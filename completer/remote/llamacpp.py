@@ -102,7 +102,7 @@ class LlamaCpp:
         events = self.http.stream("/infill", self._body(prefix, suffix, doc_key, n, True, extra_files), cancel,
                                   done=lambda ev: bool(ev.get("stop")))
         text, last, why, ttft = follow(events, lambda ev: "" if ev.get("stop") else ev.get("content") or "",
-                                       stop_text, on_text, cancel, t0)
+                                       stop_text, on_text, cancel, t0, n)
         if last.get("stop"):  # the final event: the server's own stop reason and timings
             text += last.get("content") or ""
         timings = last.get("timings") or {}

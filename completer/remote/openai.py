@@ -128,8 +128,8 @@ class OpenAI:
         self._ready()
         if cancel is not None and cancel.is_set():
             return Completion("", stop_reason="cancelled")
-        events = self.http.stream(self.api + "/completions", self._body(prefix, suffix, doc_key,
-                                                              max_new or self.max_new_tokens, True),
+        n = max_new or self.max_new_tokens
+        events = self.http.stream(self.api + "/completions", self._body(prefix, suffix, doc_key, n, True),
                                   cancel, done=lambda ev: False)  # until data: [DONE]
         finish: dict = {}
         usage: dict = {}
@@ -144,7 +144,7 @@ class OpenAI:
                 finish["reason"] = choices[0]["finish_reason"]
             return str(choices[0].get("text") or "")
 
-        text, _, why, ttft = follow(events, text_of, stop_text, on_text, cancel, t0)
+        text, _, why, ttft = follow(events, text_of, stop_text, on_text, cancel, t0, n)
         total = (time.perf_counter() - t0) * 1e3
         new = int(usage.get("completion_tokens") or 0)
         prompt = int(usage.get("prompt_tokens") or 0)

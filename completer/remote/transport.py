@@ -3,9 +3,12 @@ one request with bounded retries, the SSE stream read under the caller's `stop_t
 and every fault turned into one `EngineError` written for the user. Stdlib only (http.client).
 
 A streamed request is read in the calling thread; a watcher thread closes its socket when
-`cancel` is set or `stop_text` fires, so the server sees the disconnect and stops generating
-(tokens not paid for). The API key goes in the Authorization header and nowhere else: never in a
-message, a log line or `stats()`.
+`cancel` is set, `stop_text` fires or the request's deadline (`engine_timeout_ms` from its start)
+passes, so the server sees the disconnect and stops generating (tokens not paid for). Nothing a
+server sends is read without a bound: a line, an event and a JSON answer have a byte cap, and a
+stream ends after `read_limit(max_new)` text events, however many the server keeps sending.
+The API key goes in the Authorization header and nowhere else: never in a message, a log line
+or `stats()`.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from typing import Self
 from urllib.parse import urlsplit
 
 from ..client import EngineError
@@ -23,6 +27,15 @@ from ..client import EngineError
 BACKOFF_S = 0.1     # first retry after this; doubles per retry
 BACKOFF_MAX_S = 2.0
 TOKEN_MEMO = 16384  # the syntax layer counts line by line: each distinct line is tokenized once
+MAX_LINE = 1 << 20      # bytes of one SSE line or event: a delta is a few bytes, a final event a few KB
+MAX_BODY = 16 << 20     # bytes of one JSON answer (/v1/models, /tokenize of a long text)
+MAX_TOKEN_CHARS = 256   # characters one token may decode to, for the bound on a stream's text
+
+
+def read_limit(max_new: int) -> int:
+    """Text events (≈ tokens) read from a stream asked for `max_new` tokens: a server that sends
+    more ignored `max_tokens`/`n_predict`; the margin lets one split a token across events."""
+    return max_new + max(8, max_new // 4)
 
 
 class TokenMemo:
@@ -75,9 +88,9 @@ class Http:
         return h
 
     def open(self, method: str, path: str, body: dict | None = None,
-             cancel: threading.Event | None = None) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        """Send one request and return (connection, response) once its status is 2xx; the caller
-        reads and closes. Connection failures are retried `retries` times with back-off."""
+             cancel: threading.Event | None = None) -> Reply:
+        """Send one request and return its answer once its status is 2xx; the caller reads and
+        closes. Connection failures are retried `retries` times with back-off."""
         data = None if body is None else json.dumps(body).encode()
         self.counters["requests"] += 1
         attempt = 0
@@ -85,6 +98,7 @@ class Http:
             conn = self._connect()
             try:
                 conn.request(method, self.path + path, body=data, headers=self._headers(data))
+                sock = conn.sock  # before getresponse, which may hand it to the response and forget it
                 resp = conn.getresponse()
             except OSError as e:  # refused, reset, unknown host, timeout
                 conn.close()
@@ -107,7 +121,7 @@ class Http:
                 self.counters["errors"] += 1
                 raise self._malformed(path, str(e).encode()) from None
             if 200 <= resp.status < 300:
-                return conn, resp
+                return Reply(conn, resp, sock)
             try:
                 raw = resp.read(64 * 1024)
             except (OSError, http.client.HTTPException):
@@ -118,14 +132,20 @@ class Http:
 
     def json(self, method: str, path: str, body: dict | None = None) -> dict | list:
         """A plain request whose whole answer is one JSON document."""
-        conn, resp = self.open(method, path, body)
-        try:
-            raw = resp.read()
-        except (OSError, http.client.HTTPException) as e:
+        deadline = time.monotonic() + self.timeout
+        reply = self.open(method, path, body)
+        with _Watch(reply, None, deadline) as watch:
+            try:
+                raw = reply.resp.read(MAX_BODY + 1)
+            except (OSError, http.client.HTTPException) as e:
+                self.counters["errors"] += 1
+                raise (self._late(path) if watch.expired.is_set() else self._cut(e)) from None
+            finally:
+                reply.close()
+        if len(raw) > MAX_BODY:
             self.counters["errors"] += 1
-            raise self._cut(e) from None
-        finally:
-            conn.close()
+            raise EngineError(code="internal", message=f"{self.name} at {self.base} answered {path} with more "
+                                                       f"than {MAX_BODY >> 20} MiB")
         try:
             return json.loads(raw)
         except ValueError:
@@ -136,59 +156,58 @@ class Http:
                done: Callable[[dict], bool]) -> Iterator[dict]:
         """POST `body` and yield each SSE `data:` event as a dict until `done(event)` is true or
         `data: [DONE]` arrives. Closing the generator (the caller stopped reading) or setting
-        `cancel` closes the socket. A stream that ends before its last event is a fault."""
-        conn, resp = self.open("POST", path, body, cancel)
-        if "event-stream" not in (resp.getheader("Content-Type") or ""):
-            raw = resp.read(200) if not resp.closed else b""
-            conn.close()
+        `cancel` closes the socket. A stream that ends before its last event, or is still going
+        at the deadline (`timeout` after this call), is a fault."""
+        deadline = time.monotonic() + self.timeout
+        reply = self.open("POST", path, body, cancel)
+        if "event-stream" not in (reply.resp.getheader("Content-Type") or ""):
+            raw = reply.resp.read(200) if not reply.resp.closed else b""
+            reply.close()
             self.counters["errors"] += 1
             raise self._malformed(path, raw)
-        finished = threading.Event()
-
-        def watch() -> None:  # closes the socket when the caller's cancel is set
-            while not finished.is_set():
-                if cancel.wait(0.01):
-                    _shutdown(conn)
-                    return
-
-        if cancel is not None:
-            threading.Thread(target=watch, name="completer-http-cancel", daemon=True).start()
         complete = False
-        try:
-            for event in self._events(resp, path):
-                if event is None:  # data: [DONE]
-                    complete = True
+        with _Watch(reply, cancel, deadline) as watch:
+            try:
+                for event in self._events(reply.resp, path):
+                    if event is None:  # data: [DONE]
+                        complete = True
+                        return
+                    yield event
+                    if done(event):
+                        complete = True
+                        return
+                if cancel is not None and cancel.is_set():
                     return
-                yield event
-                if done(event):
-                    complete = True
-                    return
-            if cancel is not None and cancel.is_set():
-                return
-            self.counters["errors"] += 1
-            self.broken = True
-            raise EngineError(code="unavailable", message=f"{self.name} at {self.base} closed the stream "
-                                                           "before the completion finished")
-        except (OSError, http.client.HTTPException) as e:
-            if cancel is not None and cancel.is_set():
-                return  # our own watcher closed it
-            self.counters["errors"] += 1
-            raise self._cut(e) from None
-        finally:
-            finished.set()
-            if not complete:
-                self.counters["cancelled_streams"] += 1
-            _shutdown(conn)
-            conn.close()
+                self.counters["errors"] += 1
+                if watch.expired.is_set():
+                    raise self._late(path)
+                self.broken = True
+                raise EngineError(code="unavailable", message=f"{self.name} at {self.base} closed the stream "
+                                                               "before the completion finished")
+            except (OSError, http.client.HTTPException) as e:
+                if cancel is not None and cancel.is_set():
+                    return  # our own watcher closed it
+                self.counters["errors"] += 1
+                raise (self._late(path) if watch.expired.is_set() else self._cut(e)) from None
+            finally:
+                if not complete:
+                    self.counters["cancelled_streams"] += 1
+                reply.shutdown()  # the server sees the hang-up at once (and stops generating)
+                reply.close()
 
     def _events(self, resp: http.client.HTTPResponse, path: str) -> Iterator[dict | None]:
         """SSE: `data:` lines (possibly several per event), blank line ends an event; comments
         (`:`) and other fields are ignored. An `error` object in an event is raised."""
         lines: list[str] = []
+        size = 0
         while True:
-            raw = resp.readline()
+            raw = resp.readline(MAX_LINE + 1)
             if not raw:
                 return
+            size = size + len(raw) if lines else len(raw)
+            if size > MAX_LINE:
+                raise EngineError(code="internal", message=f"{self.name} at {self.base} sent an SSE line or "
+                                                           f"event over {MAX_LINE >> 20} MiB on {path}")
             line = raw.decode("utf-8", "replace").rstrip("\r\n")
             if line.startswith("data:"):
                 lines.append(line[5:].removeprefix(" "))
@@ -229,6 +248,10 @@ class Http:
                                                            f"for {self.timeout * 1e3:.0f} ms (engine_timeout_ms)")
         return EngineError(code="unavailable", message=f"the connection to {self.name} at {self.base} "
                                                        f"broke mid-reply ({type(e).__name__})")
+
+    def _late(self, path: str) -> EngineError:
+        return EngineError(code="unavailable", message=f"{self.name} at {self.base} did not finish {path} within "
+                                                       f"{self.timeout * 1e3:.0f} ms (engine_timeout_ms)")
 
     def _malformed(self, path: str, raw: bytes) -> EngineError:
         shown = raw[:120].decode("utf-8", "replace")
@@ -276,28 +299,73 @@ def _retry_after(value: str | None) -> float | None:
         return None
 
 
-def _shutdown(conn: http.client.HTTPConnection) -> None:
-    """Unblock a read in another thread: shut the socket down (close alone does not wake it)."""
-    sock = conn.sock
-    if sock is not None:
+class Reply:
+    """One 2xx answer: the connection, its response and the socket under both. http.client hands
+    the socket of an answer that closes its connection (HTTP/1.0, `Connection: close`) to the
+    response and drops its own reference: shutting it down needs this one."""
+
+    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, sock: socket.socket):
+        self.conn, self.resp, self.sock = conn, resp, sock
+
+    def shutdown(self) -> None:
+        """Unblock a read in another thread (close alone does not wake it) and hang up."""
         try:
-            sock.shutdown(socket.SHUT_RDWR)
+            self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
 
+    def close(self) -> None:
+        self.resp.close()
+        self.conn.close()
+        self.sock.close()
+
+
+class _Watch:
+    """While open, a thread that shuts the reply's socket when `cancel` is set or at `deadline`
+    (time.monotonic()), waking the read blocked on it; `expired` says the deadline did it."""
+
+    def __init__(self, reply: Reply, cancel: threading.Event | None, deadline: float):
+        self.reply, self.cancel, self.deadline = reply, cancel, deadline
+        self.finished, self.expired = threading.Event(), threading.Event()
+
+    def __enter__(self) -> Self:
+        threading.Thread(target=self._run, name="completer-http-watch", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.finished.set()
+
+    def _run(self) -> None:
+        while not self.finished.is_set():
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                self.expired.set()
+                self.reply.shutdown()
+                return
+            if self.cancel is not None and self.cancel.is_set():
+                self.reply.shutdown()
+                return
+            self.finished.wait(min(left, 0.01) if self.cancel is not None else left)
+
 
 def follow(events: Iterator[dict], text_of: Callable[[dict], str], stop_text, on_text,
-           cancel: threading.Event | None, t0: float) -> tuple[str, dict, str | None, float | None]:
-    """Read a completion stream: (text, last event, "stop" | "cancelled" | None, ttft_ms).
-    Stops reading (which closes the stream) as soon as `stop_text` fires or `cancel` is set;
-    `on_text` gets the deltas, never past the cut."""
-    text, last, ttft = "", {}, None
+           cancel: threading.Event | None, t0: float,
+           max_new: int) -> tuple[str, dict, str | None, float | None]:
+    """Read a completion stream: (text, last event, "stop" | "cancelled" | "length" | None, ttft_ms).
+    Stops reading (which closes the stream) as soon as `stop_text` fires, `cancel` is set, or
+    the server sent more text than `max_new` tokens can be (`read_limit`, MAX_TOKEN_CHARS: it
+    ignored the limit; "length"); `on_text` gets the deltas, never past the cut."""
+    text, last, ttft, n = "", {}, None, 0
+    limit = read_limit(max_new)
     try:
         for event in events:
             last = event
             delta = text_of(event)
             if not delta:
                 continue
+            n += 1
+            if n > limit or len(text) + len(delta) > limit * MAX_TOKEN_CHARS:
+                return text, last, "length", ttft
             if ttft is None:
                 ttft = (time.perf_counter() - t0) * 1e3
             sent, text = len(text), text + delta

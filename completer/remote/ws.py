@@ -6,6 +6,9 @@ It carries the token (Authorization header and hello), forwards feedback and a c
 (`forget`), and reconnects after the service restarts: a request that finds the connection gone
 reconnects (`retries` tries with back-off) before failing with EngineError("unavailable").
 A request in flight when the connection drops fails at once (the next one reconnects).
+Nothing the server sends is taken without a bound: a frame over MAX_FRAME closes the connection
+(1009), and a request ends at its deadline (`timeout_ms` from its start: an error) or after more
+chunks than its `max_new` tokens can make (`read_limit`: "length"), cancelling it on the server.
 
 count_tokens is exact when the server's tokenizer file is readable on this machine (the server
 reports its model path), otherwise approximate: len(text) / the server's measured characters
@@ -24,13 +27,14 @@ from urllib.parse import urlsplit, urlunsplit
 import msgpack
 
 from ..client import Completion, EngineError, StopText, prompt_budget
-from .transport import BACKOFF_MAX_S, BACKOFF_S
+from .transport import BACKOFF_MAX_S, BACKOFF_S, read_limit
 
 # the service's error codes → EngineError codes (completer.client.ERROR_CODES)
 CODES = {"unauthorized": "unauthorized", "overloaded": "overloaded", "not_ready": "not_ready",
          "bad_request": "bad_request", "bad_frame": "bad_request", "unknown_type": "bad_request",
          "too_large": "bad_request", "internal": "internal"}
 _CLOSED = object()
+MAX_FRAME = 4 << 20  # bytes of one frame from the server: a done frame is a few KB
 
 
 class WsEngine:
@@ -46,6 +50,7 @@ class WsEngine:
         self._ids = itertools.count(1)
         self._last_id: dict[str, int] = {}  # doc → its last request id (feedback names it)
         self._tok = None
+        self._closed_why = ""  # why the last connection closed (shown in the error of a request it cut)
         self.counters = {"requests": 0, "errors": 0, "connects": 0, "reconnects": 0}
 
     # -- connection ------------------------------------------------------------------------
@@ -73,7 +78,7 @@ class WsEngine:
 
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
         try:
-            ws = connect(self.url, additional_headers=headers, open_timeout=self.timeout, max_size=None, legacy=True,
+            ws = connect(self.url, additional_headers=headers, open_timeout=self.timeout, max_size=MAX_FRAME, legacy=True,
                          compression=None)
         except InvalidStatus as e:
             status = e.response.status_code
@@ -119,8 +124,9 @@ class WsEngine:
                 q = self._waiters.get(msg.get("id"))
                 if q is not None:
                     q.put(msg)
-        except Exception:  # noqa: BLE001, S110 - the connection closed; waiters are told below
-            pass
+            self._closed_why = ""
+        except Exception as e:  # noqa: BLE001 - the connection closed (a frame over MAX_FRAME: 1009); waiters are told below
+            self._closed_why = f": {e}"
         with self._lock:
             if self._ws is ws:
                 self._ws = None
@@ -159,6 +165,7 @@ class WsEngine:
                  node_kind: str | None = None, language: str | None = None) -> Completion:
         """As EngineClient.complete. `cancel` sends a cancel frame; `stop_text` is applied here to
         the streamed text (a cut cancels the rest on the server)."""
+        deadline = time.monotonic() + self.timeout
         rid = next(self._ids)
         self._last_id[doc_key] = rid
         q: queue.Queue = queue.Queue()
@@ -172,22 +179,30 @@ class WsEngine:
         if node_kind is not None:
             frame["node_kind"] = node_kind
         self.counters["requests"] += 1
-        text, cut, cancelled = "", None, False
+        text, cut, cancelled, chunks = "", None, False, 0
         try:
             self._send(frame)
+            limit = read_limit(max_new or int(self.info.get("max_new_tokens") or 64))
             while True:
                 if cancel is not None and cancel.is_set() and not cancelled:
                     cancelled = True
                     self._send({"type": "cancel", "id": rid})
+                if time.monotonic() > deadline:
+                    self._send({"type": "cancel", "id": rid})
+                    raise EngineError(code="unavailable", message=f"{self.url} did not finish the completion "
+                                                                  f"within {self.timeout * 1e3:.0f} ms (engine_timeout_ms)")
                 try:
                     msg = q.get(timeout=0.02)
                 except queue.Empty:
                     continue
                 if msg is _CLOSED:
                     raise EngineError(code="unavailable", message=f"the connection to {self.url} closed "
-                                                                  "mid-completion (the service stopped?)")
+                                                                  f"mid-completion{self._closed_why or ' (the service stopped?)'}")
                 if msg["type"] == "error":
                     raise EngineError(code=CODES.get(msg.get("code"), "internal"), message=msg.get("message", ""))
+                if msg["type"] == "chunk" and cut is None and (chunks := chunks + 1) > limit:
+                    self._send({"type": "cancel", "id": rid})  # the server ignored max_new_tokens
+                    return Completion(text, stop_reason="length", extra={"cancelled": False})
                 if msg["type"] == "chunk" and cut is None:
                     sent, text = len(text), text + msg["text"]
                     if stop_text is not None and (cut := stop_text(text)) is not None:
