@@ -2,8 +2,9 @@
 
 At batch 1 a decode step reads every weight once: int8 halves the bytes of bf16, int4 quarters
 them, and the speed follows the bytes when the kernel dequantizes in registers. Each kernel has
-a PyTorch reference (`*_ref`) that is also the fallback on machines without a Triton driver;
-tests compare them with TRITON_INTERPRET=1 on the CPU.
+a PyTorch reference (`*_ref`) that is also the fallback on machines without a Triton driver or
+without triton installed (it is the `gpu` extra); tests compare them with TRITON_INTERPRET=1 on the
+CPU. The kernels themselves live in quant_triton.py, imported on the first launch.
 
 Formats
 - int8: per-output-channel symmetric: W ≈ q[N, K] (int8) · scale[N].
@@ -12,15 +13,13 @@ Formats
 """
 from __future__ import annotations
 
+import logging
 import os
+from functools import cache
 
 import torch
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # triton is a dependency, but keep the references usable without it
-    triton = None
+log = logging.getLogger(__name__)
 
 
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -57,87 +56,46 @@ def int4_matmul_ref(x: torch.Tensor, packed, scale, zero, group: int) -> torch.T
     return (x.float() @ dequant_int4(packed, scale, zero, group).T).to(x.dtype)
 
 
-if triton is not None:
-    @triton.jit
-    def _int8_kernel(x_ptr, q_ptr, s_ptr, y_ptr, M, N, K,
-                     sxm, sqn, sym, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-        pid_m, pid_n = tl.program_id(0), tl.program_id(1)
-        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            rk = k0 + tl.arange(0, BLOCK_K)
-            x = tl.load(x_ptr + rm[:, None] * sxm + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
-            q = tl.load(q_ptr + rn[None, :] * sqn + rk[:, None], mask=(rn[None, :] < N) & (rk[:, None] < K), other=0)
-            acc += tl.dot(x.to(tl.float32), q.to(tl.float32))  # dequantized in registers
-        s = tl.load(s_ptr + rn, mask=rn < N, other=0.0)
-        acc = acc * s[None, :]
-        tl.store(y_ptr + rm[:, None] * sym + rn[None, :], acc.to(y_ptr.dtype.element_ty),
-                 mask=(rm[:, None] < M) & (rn[None, :] < N))
-
-    @triton.jit
-    def _int4_kernel(x_ptr, p_ptr, s_ptr, z_ptr, y_ptr, M, N, K,
-                     sxm, spn, ssn, sym, GROUP: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-        pid_m, pid_n = tl.program_id(0), tl.program_id(1)
-        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            rk = k0 + tl.arange(0, BLOCK_K)
-            kmask = rk < K
-            x = tl.load(x_ptr + rm[:, None] * sxm + rk[None, :], mask=(rm[:, None] < M) & kmask[None, :], other=0.0)
-            byte = tl.load(p_ptr + rn[None, :] * spn + (rk[:, None] // 2),
-                           mask=(rn[None, :] < N) & kmask[:, None], other=0)
-            q = ((byte >> ((rk[:, None] % 2) * 4)) & 0xF).to(tl.float32)  # [BK, BN]
-            g = rk[:, None] // GROUP
-            s = tl.load(s_ptr + rn[None, :] * ssn + g, mask=(rn[None, :] < N) & kmask[:, None], other=0.0)
-            z = tl.load(z_ptr + rn[None, :] * ssn + g, mask=(rn[None, :] < N) & kmask[:, None], other=0.0)
-            acc += tl.dot(x.to(tl.float32), (q - z) * s)
-        tl.store(y_ptr + rm[:, None] * sym + rn[None, :], acc.to(y_ptr.dtype.element_ty),
-                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+def triton_kernels(t: torch.Tensor):
+    """The Triton launchers (module quant_triton) for a tensor they can run on, else None (the
+    caller uses the reference). Triton runs on CUDA tensors, or anywhere under TRITON_INTERPRET=1
+    (CPU tests); only then is triton imported."""
+    if not (t.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"):
+        return None
+    return _import_kernels()
 
 
-def triton_available(t: torch.Tensor) -> bool:
-    """Triton runs on CUDA tensors, or anywhere under TRITON_INTERPRET=1 (CPU tests)."""
-    return triton is not None and (t.is_cuda or os.environ.get("TRITON_INTERPRET") == "1")
-
-
-def _blocks(M: int) -> tuple[int, int, int]:
-    # tl.dot needs every block dim ≥ 16; decode batches are tiny, so BLOCK_M stays at 16.
-    return 16 if M <= 16 else 32, 64, 64
+@cache
+def _import_kernels():
+    try:
+        from . import quant_triton
+    except ModuleNotFoundError as e:
+        if e.name != "triton":
+            raise
+        log.warning("triton is not installed: int8/int4 matmuls use the PyTorch reference, which "
+                    "dequantizes the weights on every call; install the GPU extra: pip install -e '.[gpu]'")
+        return None
+    return quant_triton
 
 
 def int8_matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """x [M, K] (fp32/bf16/fp16) @ (q [N, K] int8 · scale [N])ᵀ → [M, N] in x.dtype."""
-    M, K = x.shape
+    K = x.shape[1]
     N, K2 = q.shape
     if K != K2 or scale.shape != (N,):
         raise ValueError(f"int8_matmul: x {tuple(x.shape)}, q {tuple(q.shape)}, scale {tuple(scale.shape)}")
-    if not triton_available(x):
-        return int8_matmul_ref(x, q, scale)
-    x = x.contiguous()
-    y = torch.empty(M, N, dtype=x.dtype, device=x.device)
-    BM, BN, BK = _blocks(M)
-    _int8_kernel[(triton.cdiv(M, BM), triton.cdiv(N, BN))](
-        x, q, scale, y, M, N, K, x.stride(0), q.stride(0), y.stride(0), BM, BN, BK)
-    return y
+    kern = triton_kernels(x)
+    return int8_matmul_ref(x, q, scale) if kern is None else kern.int8_matmul(x, q, scale)
 
 
 def int4_matmul(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor,
                 group: int) -> torch.Tensor:
     """x [M, K] @ dequant(packed [N, K/2], scale/zero [N, K/group])ᵀ → [M, N] in x.dtype."""
-    M, K = x.shape
+    K = x.shape[1]
     N = packed.shape[0]
     if packed.shape[1] * 2 != K or scale.shape != (N, K // group) or zero.shape != scale.shape:
         raise ValueError(f"int4_matmul: x {tuple(x.shape)}, packed {tuple(packed.shape)}, "
                          f"scale {tuple(scale.shape)}, group {group}")
-    if not triton_available(x):
-        return int4_matmul_ref(x, packed, scale, zero, group)
-    x = x.contiguous()
-    y = torch.empty(M, N, dtype=x.dtype, device=x.device)
-    BM, BN, BK = _blocks(M)
-    _int4_kernel[(triton.cdiv(M, BM), triton.cdiv(N, BN))](
-        x, packed, scale, zero, y, M, N, K, x.stride(0), packed.stride(0), scale.stride(0), y.stride(0),
-        group, BM, BN, BK)
-    return y
+    kern = triton_kernels(x)
+    return int4_matmul_ref(x, packed, scale, zero, group) if kern is None else \
+        kern.int4_matmul(x, packed, scale, zero, group)
