@@ -98,6 +98,13 @@ class LlamaServer:
 
 
 @pytest.fixture(scope="session")
+def llama_bin() -> tuple[Path, Path]:
+    """llama_paths() as a session fixture: pytest sets session fixtures up before a test's function
+    fixtures, so a test that asks for it skips before any of them starts a process."""
+    return llama_paths()
+
+
+@pytest.fixture(scope="session")
 def llama():
     binary, gguf = llama_paths()
     s = LlamaServer(binary, gguf).start()
@@ -184,8 +191,8 @@ def test_type_through_serves_the_rest_without_a_request(llama):
     assert not other.extra["type_through"] and tt.stats()["requests"] == requests + 1
 
 
-def test_api_key_required_and_sent():
-    binary, gguf = llama_paths()
+def test_api_key_required_and_sent(llama_bin):
+    binary, gguf = llama_bin
     s = LlamaServer(binary, gguf, "--api-key", "k-123").start()
     try:
         with pytest.raises(EngineError) as err:
@@ -205,8 +212,8 @@ def test_api_key_required_and_sent():
         s.kill()
 
 
-def test_killed_mid_stream_then_back():
-    binary, gguf = llama_paths()
+def test_killed_mid_stream_then_back(llama_bin):
+    binary, gguf = llama_bin
     s = LlamaServer(binary, gguf).start()
     c = LlamaCpp(s.url, timeout_ms=5000, retries=1)
     try:
@@ -234,8 +241,8 @@ def test_bad_urls_are_clear_errors():
         assert err.value.code == "bad_request" and "URL" in err.value.message
 
 
-def test_other_files_go_in_as_input_extra():
-    binary, gguf = llama_paths()
+def test_other_files_go_in_as_input_extra(llama_bin):
+    binary, gguf = llama_bin
     # the server gives extra chunks the context left beside one batch: a small batch leaves room
     s = LlamaServer(binary, gguf, "-b", "128", "-ub", "128").start()
     try:

@@ -14,7 +14,7 @@ import pytest
 import pytest_lsp
 from lsprotocol import types as t
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
-from test_remote_llamacpp import LlamaServer, llama, llama_paths  # noqa: F401 - llama: the shared server fixture
+from test_remote_llamacpp import LlamaServer, llama, llama_bin  # noqa: F401 - the shared fixtures
 
 from completer.remote.llamacpp import LlamaCpp
 
@@ -28,6 +28,9 @@ SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "lsp.server"],
 # post-processing: holes are tried until one shows.
 _DOCUMENTS = (ROOT / "completer" / "documents.py").read_text()
 SOURCE = "\n".join(_DOCUMENTS[_DOCUMENTS.index('"""', 3) + 4:].split("\n")[:60]) + "\n"
+# Every test here needs llama-server: without one they skip (fail under CI) before the `client`
+# fixture starts a language server (llama_bin is session-scoped, so it is set up first).
+pytestmark = pytest.mark.usefixtures("llama_bin")
 HOLES = [(i, m.end()) for i, ln in enumerate(SOURCE.split("\n"))  # (line, column): the rest of the line goes
          for m in [re.search(r"(= |return |\()", ln)] if m]
 
@@ -41,7 +44,10 @@ def with_hole(line: int, col: int) -> str:
 @pytest_lsp.fixture(config=SERVER)
 async def client(lsp_client: LanguageClient):
     yield
-    await lsp_client.shutdown_session()
+    if lsp_client.capabilities is None:  # never initialised: `exit` alone ends the server (pytest-lsp's
+        lsp_client.exit(None)            # teardown waits for the process, and shutdown_session sends nothing)
+    else:
+        await lsp_client.shutdown_session()
 
 
 async def _start(client: LanguageClient, url: str, **options) -> dict:
@@ -120,8 +126,8 @@ async def test_a_keystroke_cancels_the_older_request(client: LanguageClient, lla
 
 
 @pytest.mark.asyncio
-async def test_server_killed_mid_stream_then_back(client: LanguageClient):
-    binary, gguf = llama_paths()
+async def test_server_killed_mid_stream_then_back(client: LanguageClient, llama_bin):  # noqa: F811
+    binary, gguf = llama_bin
     s = LlamaServer(binary, gguf).start()
     try:
         await _start(client, s.url, max_new_tokens=400)
@@ -148,8 +154,8 @@ async def test_server_killed_mid_stream_then_back(client: LanguageClient):
 
 
 @pytest.mark.asyncio
-async def test_server_down_at_start_then_up(client: LanguageClient):
-    binary, gguf = llama_paths()
+async def test_server_down_at_start_then_up(client: LanguageClient, llama_bin):  # noqa: F811
+    binary, gguf = llama_bin
     s = LlamaServer(binary, gguf)  # its port is chosen; nothing listens there yet
     try:
         stats = await _start(client, s.url)
@@ -170,8 +176,8 @@ async def test_server_down_at_start_then_up(client: LanguageClient):
 
 
 @pytest.mark.asyncio
-async def test_api_key_required_and_sent(client: LanguageClient):
-    binary, gguf = llama_paths()
+async def test_api_key_required_and_sent(client: LanguageClient, llama_bin):  # noqa: F811
+    binary, gguf = llama_bin
     s = LlamaServer(binary, gguf, "--api-key", "lsp-key-42").start()
     try:
         await _start(client, s.url, engine_api_key="lsp-key-42")
@@ -184,8 +190,8 @@ async def test_api_key_required_and_sent(client: LanguageClient):
 
 
 @pytest.mark.asyncio
-async def test_missing_api_key_is_one_clear_message(client: LanguageClient):
-    binary, gguf = llama_paths()
+async def test_missing_api_key_is_one_clear_message(client: LanguageClient, llama_bin):  # noqa: F811
+    binary, gguf = llama_bin
     s = LlamaServer(binary, gguf, "--api-key", "lsp-key-43").start()
     try:
         stats = await _start(client, s.url)
