@@ -17,6 +17,8 @@ from pathlib import Path
 
 from tree_sitter import Language, Parser, Point, Tree
 
+from .wellformed import well_formed
+
 # LSP languageId / file extension → canonical grammar name.
 LANGUAGE_IDS = {
     "python": "python", "javascript": "javascript", "javascriptreact": "javascript",
@@ -139,6 +141,7 @@ class Document:
 
     # -- whole-text state ---------------------------------------------------------------------
     def set_text(self, text: str) -> None:
+        text = well_formed(text)  # a lone surrogate → U+FFFD (the tokenizer cannot take one)
         self.text = text
         self.lines = line_starts(text)
         self.tree: Tree | None = None
@@ -186,6 +189,7 @@ class Document:
     # -- edits --------------------------------------------------------------------------------
     def apply(self, start: int, end: int, new: str) -> None:
         """Replace chars [start, end) by `new`: splice the line table, edit and re-parse the tree."""
+        new = well_formed(new)
         old_text = self.text
         text = old_text[:start] + new + old_text[end:]
         self.text = text
