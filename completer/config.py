@@ -154,8 +154,19 @@ class ServeConfig:
     max_inflight: int = opt(64, "requests in flight per connection", lo=1, hi=10_000)
 
 
+@dataclass(frozen=True)
+class WorkspaceOptions:
+    """The workspace index and cross-file context (completer/workspace)."""
+    cross_file: bool = opt(True, "add definitions and snippets from other files of the workspace to the prompt")
+    cross_file_share: float = opt(0.3, "share of the prompt budget for cross-file context", lo=0.0, hi=0.9)
+    cross_file_max_files: int = opt(8, "other files cross-file context may draw from", lo=1, hi=100)
+    index_memory_mb: float = opt(64.0, "the workspace index's memory bound (estimated; files beyond it are "
+                                 "not indexed)", lo=1.0, hi=1 << 16)
+    index_max_file_kb: int = opt(512, "larger files are not indexed", lo=1, hi=1 << 20)
+
+
 SCOPES: dict[str, type] = {"engine": EngineConfig, "client": ClientConfig, "syntax": SyntaxOptions,
-                           "lsp": LspConfig, "serve": ServeConfig}
+                           "lsp": LspConfig, "serve": ServeConfig, "workspace": WorkspaceOptions}
 
 
 # -- the schema's machinery ------------------------------------------------------------------------

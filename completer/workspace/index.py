@@ -1,0 +1,342 @@
+"""The workspace index: file → outline (definitions and imports), kept current from the editor's
+live text and from disk, bounded in memory, built in the background; and the ring of recently
+edited and viewed files that similarity snippets come from. No torch here: it lives in the
+language server's process.
+
+Threads: the builder thread is the only one that parses while it runs; `update` and `remove`
+queue work for it (the latest text of a path wins) and `retrieve` reads under the lock what is
+indexed so far, so a completion never waits for the index. Without a builder (`start` not
+called: the CLI, tests, benchmarks) `update` indexes at once and `build` walks synchronously."""
+from __future__ import annotations
+
+import bisect
+import logging
+import posixpath
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+
+from ..config import WorkspaceOptions
+from ..documents import language_for, parse_snapshot
+from .files import read_source, walk
+from .outline import Outline, outline
+from .resolve import Resolver, python_module_name
+from .retrieve import Snippet, View, retrieve
+from .similar import Window, windows
+
+log = logging.getLogger(__name__)
+RECENT_FILES = 16     # the ring of recently edited and viewed files similarity snippets come from
+PROGRESS_EVERY = 100  # files between two progress reports
+TOKEN_MEMO = 8192     # token counts remembered (snippet texts: about 2 MB at most)
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens of `text` without a tokenizer: 3 characters per token, an over-estimate for code
+    (the embedded BPE averages 3.6 on Python, bench/context.py prints it)."""
+    return (len(text) + 2) // 3
+
+
+class WorkspaceIndex:
+    def __init__(self, root: str | Path, options: WorkspaceOptions | None = None,
+                 count_tokens: Callable[[str], int] = estimate_tokens,
+                 on_progress: Callable[[str, int, str], None] | None = None):
+        """`on_progress(kind, files_indexed, message)`, kind: begin | report | end (as `$/progress`)."""
+        self.root = Path(root).resolve()
+        options = options or WorkspaceOptions()
+        self.options, self.count_tokens, self.on_progress = options, count_tokens, on_progress
+        self.max_bytes = options.index_max_file_kb * 1024
+        self.memory_bound = int(options.index_memory_mb * 2**20)
+        self._lock = threading.RLock()
+        self._outlines: dict[str, Outline] = {}
+        self._dirs: dict[str, list[str]] = {}
+        self._py: dict[str, list[str]] = {}       # a Python module's last name → its files
+        self._names: dict[str, set[str]] = {}     # a definition's name → files defining it
+        self._lru: OrderedDict[str, None] = OrderedDict()  # eviction order, least recent first
+        self._live: set[str] = set()              # paths whose text is the editor's, not the disk's
+        self._recent: OrderedDict[str, tuple[int, list[str], tuple[Window, ...]]] = OrderedDict()
+        self._pending: OrderedDict[str, str | None] = OrderedDict()
+        self._tokens: OrderedDict[str, int] = OrderedDict()  # text → tokens (see _count)
+        self._wake = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.used = 0            # estimated bytes the outlines hold
+        self.complete = False    # the walk has finished (or stopped at the memory bound)
+        self.full = False        # the memory bound stopped the walk or evicted files
+        self.go_module = _go_module(self.root)
+
+    # -- paths ------------------------------------------------------------------------------------------
+    def rel(self, path: str | Path) -> str | None:
+        """`path` relative to the root ('/'-separated), None outside it."""
+        if isinstance(path, str) and path in self._outlines:  # already relative (the common case)
+            return path
+        p = Path(path)
+        if not p.is_absolute():
+            p = self.root / p
+        try:
+            r = Path(posixpath.normpath(p.as_posix())).relative_to(self.root)
+        except ValueError:
+            return None
+        return r.as_posix() if r.parts and r.parts[0] != ".." else None
+
+    # -- the editor's side ------------------------------------------------------------------------------
+    def update(self, path: str | Path, text: str | None = None, recent: bool = False) -> bool:
+        """(Re)index `path`: from `text` (an open document's live text: didOpen/didChange), or
+        from disk (None: a watched-file change, didSave; an open document keeps its live text).
+        `recent`: the user is editing or viewing it (similarity snippets come from such files).
+        False: not part of the workspace."""
+        rel = self.rel(path)
+        if rel is None or language_for(None, rel) is None:
+            return False
+        with self._lock:
+            if text is None and rel in self._live:
+                return True  # an open document: its live text stands
+            if text is not None:
+                self._live.add(rel)
+                if recent:
+                    self._remember(rel, text)
+            if self._thread is not None:
+                self._pending[rel] = text
+                self._pending.move_to_end(rel)
+                self._wake.notify_all()
+                return True
+        self._index(rel, text)
+        return True
+
+    def closed(self, path: str | Path) -> None:
+        """didClose: the disk's text is the file's again."""
+        rel = self.rel(path)
+        if rel is not None:
+            with self._lock:
+                self._live.discard(rel)
+            self.update(rel)
+
+    def remove(self, path: str | Path) -> None:
+        """A file deleted (or the old name of a renamed one)."""
+        rel = self.rel(path)
+        if rel is None:
+            return
+        with self._lock:
+            self._pending.pop(rel, None)
+            self._live.discard(rel)
+            self._recent.pop(rel, None)
+            self._drop(rel)
+
+    def retrieve(self, doc_path: str | Path, text: str, cursor_byte: int, budget: int) -> list[Snippet]:
+        """Cross-file snippets for a completion at byte `cursor_byte` of `text` (the document's
+        live text), at most `budget` tokens together; [] when cross-file context is off."""
+        rel = self.rel(doc_path) or str(doc_path)
+        if not self.options.cross_file or budget <= 0:
+            return []
+        offset = _char_offset(text, cursor_byte)
+        with self._lock:
+            known = rel in self._outlines
+        if not known and self.rel(doc_path) is not None and language_for(None, rel) is not None:
+            self._index(rel, text)  # the first completion in a file nobody indexed yet: its imports are needed
+        with self._lock:
+            view = View(self._outlines, Resolver(self._outlines, self._dirs, self._py, self.root, self.go_module),
+                        self._names, [(p, lines, wins) for p, (_, lines, wins) in reversed(self._recent.items())])
+            return retrieve(view, rel, text, offset, budget, self._count, self.options.cross_file_max_files)
+
+    def _count(self, text: str) -> int:
+        """Token counts memoised: the same signatures and windows come back keystroke after keystroke."""
+        n = self._tokens.get(text)
+        if n is None:
+            n = self._tokens[text] = self.count_tokens(text)
+            if len(self._tokens) > TOKEN_MEMO:
+                self._tokens.popitem(last=False)
+        return n
+
+    # -- building -------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Walk the workspace in a background thread, then keep applying updates."""
+        with self._lock:
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(target=self._run, name="workspace-index", daemon=True)
+                self._thread.start()
+
+    def build(self) -> None:
+        """Walk the whole workspace now (no builder thread)."""
+        self._walk(lambda: None)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Until the walk is done and no update waits (tests, the CLI); False on timeout."""
+        with self._lock:
+            return self._wake.wait_for(lambda: self.complete and not self._pending, timeout)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._wake.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {"files": len(self._outlines), "bytes": self.used, "complete": self.complete,
+                    "full": self.full, "recent": len(self._recent)}
+
+    def _run(self) -> None:
+        self._walk(self._drain)
+        while True:
+            with self._lock:
+                self._wake.wait_for(lambda: self._pending or self._closed)
+                if self._closed:
+                    return
+            self._drain()
+
+    def _drain(self) -> None:
+        """Apply the queued updates (the editor's come before the walk's files)."""
+        while True:
+            with self._lock:
+                if self._closed or not self._pending:
+                    self._wake.notify_all()
+                    return
+                rel, text = self._pending.popitem(last=False)
+            self._index(rel, text)
+
+    def _walk(self, between: Callable[[], None]) -> None:
+        self._progress("begin", "indexing the workspace")
+        n = 0
+        for rel, _ in walk(self.root, self.max_bytes):
+            between()
+            with self._lock:
+                if self._closed:
+                    return
+                if self.used >= self.memory_bound:
+                    self.full = True
+                    break
+                if rel in self._outlines or rel in self._pending:
+                    continue
+            self._index(rel, None)
+            n += 1
+            if n % PROGRESS_EVERY == 0:
+                self._progress("report", f"{n} files", n)
+        with self._lock:
+            self.complete = True
+            self._wake.notify_all()
+        self._progress("end", f"{len(self._outlines)} files" + (" (memory bound reached)" if self.full else ""),
+                       len(self._outlines))
+
+    def _progress(self, kind: str, message: str, n: int = 0) -> None:
+        if self.on_progress is not None:
+            try:
+                self.on_progress(kind, n, message)
+            except Exception:  # a broken progress sink must not stop the index
+                log.exception("workspace index: progress report failed")
+
+    # -- one file -------------------------------------------------------------------------------------
+    def _index(self, rel: str, text: str | None) -> None:
+        if text is None:
+            with self._lock:
+                if rel in self._live:  # an open document's text beats the disk's
+                    return
+            text = _read_stable(self.root / rel, self.max_bytes)
+            if text is None:  # gone, unreadable, binary or huge
+                with self._lock:
+                    self._drop(rel)
+                return
+        elif len(text) > self.max_bytes:
+            return
+        with self._lock:
+            old = self._outlines.get(rel)
+            if old is not None and old.stamp == hash(text):
+                self._lru.move_to_end(rel)
+                return
+        o = outline(rel, parse_snapshot(text, language_for(None, rel)))  # the parse, outside the lock
+        with self._lock:
+            if self._closed:
+                return
+            self._drop(rel)
+            self._put(o)
+            while self.used > self.memory_bound and self._evict(keep=rel):
+                self.full = True
+
+    def _put(self, o: Outline) -> None:
+        rel = o.path
+        self._outlines[rel] = o
+        self._lru[rel] = None
+        self.used += o.cost
+        bisect.insort(self._dirs.setdefault(posixpath.dirname(rel), []), rel)
+        if o.language == "python":
+            bisect.insort(self._py.setdefault(python_module_name(rel).rsplit(".", 1)[-1], []), rel)
+        for d in o.definitions:
+            if d.kind not in ("field", "variable"):
+                self._names.setdefault(d.name, set()).add(rel)
+
+    def _drop(self, rel: str) -> None:
+        o = self._outlines.pop(rel, None)
+        if o is None:
+            return
+        self._lru.pop(rel, None)
+        self.used -= o.cost
+        _discard(self._dirs, posixpath.dirname(rel), rel)
+        if o.language == "python":
+            _discard(self._py, python_module_name(rel).rsplit(".", 1)[-1], rel)
+        for d in o.definitions:
+            s = self._names.get(d.name)
+            if s is not None:
+                s.discard(rel)
+                if not s:
+                    del self._names[d.name]
+
+    def _evict(self, keep: str) -> bool:
+        """Drop the least recently indexed file that is neither open nor `keep`."""
+        for rel in self._lru:
+            if rel != keep and rel not in self._live:
+                self._drop(rel)
+                return True
+        return False
+
+    def _remember(self, rel: str, text: str) -> None:
+        if len(text) > self.max_bytes:
+            return
+        h = hash(text)
+        old = self._recent.pop(rel, None)
+        if old is not None and old[0] == h:
+            self._recent[rel] = old
+        else:
+            lines = text.split("\n")
+            self._recent[rel] = (h, lines, windows(lines))
+        while len(self._recent) > RECENT_FILES:
+            self._recent.popitem(last=False)
+
+
+def _discard(m: dict[str, list[str]], key: str, rel: str) -> None:
+    lst = m.get(key)
+    if lst is not None and rel in lst:
+        lst.remove(rel)
+        if not lst:
+            del m[key]
+
+
+def _read_stable(path: Path, max_bytes: int) -> str | None:
+    """The file's text, read again when it changed while being read (a writer mid-save)."""
+    for _ in range(3):
+        try:
+            before = path.stat().st_mtime_ns
+        except OSError:
+            return None
+        text = read_source(path, max_bytes)
+        try:
+            if path.stat().st_mtime_ns == before:
+                return text
+        except OSError:
+            return None
+    return text
+
+
+def _go_module(root: Path) -> str:
+    try:
+        for line in (root / "go.mod").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("module "):
+                return line.split()[1].strip('"')
+    except (OSError, IndexError):
+        pass
+    return ""
+
+
+def _char_offset(text: str, cursor_byte: int) -> int:
+    if text.isascii():
+        return max(0, min(cursor_byte, len(text)))
+    return len(text.encode("utf-8", "surrogatepass")[:max(cursor_byte, 0)].decode("utf-8", "ignore"))
