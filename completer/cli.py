@@ -9,8 +9,10 @@ import os
 import sys
 from pathlib import Path
 
-from . import config
+from . import config, netguard
 from .client import EngineError
+
+CONFIG_SCOPES = ("engine", "client", "syntax", "lsp", "serve", "trust")  # `completer config` shows every command's
 
 
 class UsageError(Exception):
@@ -36,7 +38,8 @@ def read_source_file(path: str) -> str:
 
 
 def resolve(a: argparse.Namespace, scopes: tuple[str, ...], project_start) -> config.Resolved:
-    """Files < flags, with the CLI's two shorthands; warnings go to stderr (the run goes on)."""
+    """Files < flags, with the CLI's two shorthands, under config's trust rule; warnings go to
+    stderr (the run goes on)."""
     cli = config.from_args(a)
     if getattr(a, "greedy", False):
         cli["temperature"] = 0.0
@@ -45,8 +48,9 @@ def resolve(a: argparse.Namespace, scopes: tuple[str, ...], project_start) -> co
     if "token" in config.OPTIONS and "token" not in cli and os.environ.get("COMPLETER_TOKEN") and "serve" in scopes:
         cli["token"] = os.environ["COMPLETER_TOKEN"]
     layers, warnings = config.file_layers(project_start)
-    r = config.resolve([*layers, ("command line", cli)], scopes)
-    for w in warnings + r.warnings:
+    r = config.resolve([*layers, config.Layer("command line", cli, "cli")], scopes)
+    withheld = r.engine_key()[1] if "client" in scopes else None
+    for w in warnings + r.warnings + ([withheld] if withheld else []):
         print(f"completer: warning: {w}", file=sys.stderr)
     return r
 
@@ -92,7 +96,8 @@ def _complete_file(a: argparse.Namespace, r: config.Resolved) -> int:
         resolve_offset(snap, (a.line, a.col))
     except PositionError as e:
         raise UsageError(str(e)) from None
-    engine = make_engine(**{k: r.values[k] for k in r.values if config.OPTIONS[k].scope in ("engine", "client")})
+    engine = make_engine(**{k: r.values[k] for k in r.values if config.OPTIONS[k].scope in ("engine", "client")}
+                         | {"engine_api_key": r.engine_key()[0]})
     opts = CompletionOptions(max_new_tokens=r.values["max_new_tokens"], syntax=r.build(config.SyntaxOptions))
     c = complete_at(engine, snap, (a.line, a.col), language=language, doc_key=str(Path(a.path).resolve()),
                     options=opts)
@@ -109,9 +114,9 @@ def cmd_serve(a: argparse.Namespace) -> int:
 
     r = resolve(a, ("engine", "serve"), Path.cwd())
     serve_cfg, engine_cfg = r.build(config.ServeConfig), r.build(config.EngineConfig)
-    if not _loopback(serve_cfg.host) and not serve_cfg.token:
-        raise UsageError(f"--host {serve_cfg.host} is not a loopback address: give --token (or COMPLETER_TOKEN) "
-                         "so that other machines cannot use the service unauthenticated")
+    refusal = netguard.listen_refusal(serve_cfg.host, serve_cfg.token)
+    if refusal:
+        raise UsageError(refusal)
 
     def make_engine():
         from .engine.engine import Engine
@@ -119,17 +124,6 @@ def cmd_serve(a: argparse.Namespace) -> int:
         return Engine(engine_cfg)
 
     return run(serve_cfg, make_engine)
-
-
-def _loopback(host: str) -> bool:
-    import ipaddress
-
-    if host in ("localhost", "[::1]"):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name other than localhost may resolve anywhere
 
 
 def cmd_options(a: argparse.Namespace) -> int:
@@ -143,18 +137,26 @@ def cmd_options(a: argparse.Namespace) -> int:
 
 
 def cmd_config(a: argparse.Namespace) -> int:
-    """The effective values for a file (or the current directory) and where each came from."""
-    layers, warnings = config.file_layers(a.path or Path.cwd())
-    r = config.resolve([*layers, ("command line", config.from_args(a))], ("engine", "client", "syntax", "lsp"))
-    for w in warnings + r.warnings:
-        print(f"completer: warning: {w}", file=sys.stderr)
-    shown = {n: (None if config.OPTIONS[n].meta.get("secret") and v else v) for n, v in r.values.items()}
+    """The effective values for a file (or the current directory), where each came from, and the
+    project file's values that were refused (untrusted workspace)."""
+    r = resolve(a, CONFIG_SCOPES, a.path or Path.cwd())
+
+    def plain(v):
+        return list(v) if isinstance(v, tuple) else v
+
+    secret = {n for n in r.values if config.OPTIONS[n].meta.get("secret")}
     if a.json:
-        print(json.dumps({n: {"value": list(v) if isinstance(v, tuple) else v, "source": r.sources[n]}
-                          for n, v in shown.items()}, indent=2))
+        out = {n: {"value": None if n in secret and v else plain(v), "source": r.sources[n]} for n, v in r.values.items()}
+        for n, (source, v) in r.refused.items():
+            out[n]["refused"] = {"value": None if n in secret else plain(v), "source": source,
+                                 "why": "untrusted workspace: see trusted_workspaces"}
+        print(json.dumps(out, indent=2))
         return 0
     for n, v in r.values.items():
         print(f"{n:24} {config.show(config.OPTIONS[n], v):>40}  {r.sources[n]}")
+        if n in r.refused:
+            source, raw = r.refused[n]
+            print(f"{'':24} {'refused: ' + config.show(config.OPTIONS[n], raw):>40}  {source} (untrusted workspace)")
     return 0
 
 
@@ -169,17 +171,17 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.add_argument("--greedy", action="store_true", help="greedy decoding (temperature 0)")
     c.add_argument("--no-speculative", action="store_true", help="plain decoding, no drafter")
-    config.add_arguments(c, ("engine", "client", "syntax"))
+    config.add_arguments(c, ("engine", "client", "syntax", "trust"))
     s = sub.add_parser("serve", help="the engine service: WebSocket+msgpack at /ws, OpenAI /v1/completions, "
                                      "/metrics, /health")
-    config.add_arguments(s, ("serve", "engine"))
+    config.add_arguments(s, ("serve", "engine", "trust"))
     o = sub.add_parser("options", help="list the options (the one schema behind flags, LSP options, config files)")
     o.add_argument("--json-schema", action="store_true", help="print them as a JSON Schema")
     o.add_argument("--scope", action="append", choices=tuple(config.SCOPES), help="only these scopes")
     g = sub.add_parser("config", help="print the effective option values and where each came from")
     g.add_argument("path", nargs="?", help="a file or directory whose .completer.toml applies (default: cwd)")
     g.add_argument("--json", action="store_true")
-    config.add_arguments(g, ("engine", "client", "syntax", "lsp"))
+    config.add_arguments(g, CONFIG_SCOPES)
     a = ap.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _quiet_libraries(progress=not getattr(a, "json", False))

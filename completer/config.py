@@ -7,7 +7,15 @@ Precedence: CLI flag > initialization option > project `.completer.toml` (neares
 directory of the file, or the workspace root) > user `$XDG_CONFIG_HOME/completer/config.toml`
 (else `~/.config/completer/config.toml`) > default. An unknown key or an invalid value from any
 source produces one warning naming the option, the value and what is allowed, and the value
-from the next source down is used. No torch here.
+from the next source down is used; an option of another command (a shared user file holds
+`host` for `completer serve`) is skipped without a word. No torch here.
+
+The trust boundary (this module is its one owner): a project file comes with the code the user
+cloned, so the options marked `trust` (they decide where code and keys go or what runs: engine
+URLs and keys, models, hosts, tokens, origins) are refused from it, in one warning per file,
+unless its directory is inside one of the user's `trusted_workspaces` (set in the user file, the
+editor or the command line, never in a project file). A key goes only to the engine it was set
+beside (`Resolved.engine_key`).
 """
 from __future__ import annotations
 
@@ -18,19 +26,20 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .engine.prompt import FIM_FORMATS  # torch-free: the table of model families' FIM spellings
 
 
 def opt(default: Any, help: str, *, choices: tuple[str, ...] | None = None, lo: float | None = None,
         hi: float | str | None = None, lo_open: bool = False, check: tuple[Callable[[str], bool], str] | None = None,
-        reload: bool = False, secret: bool = False) -> Any:
+        reload: bool = False, secret: bool = False, trust: bool = False) -> Any:
     """A schema field: `hi` may name another option (draft_len ≤ max_draft_len); `check` is
     (predicate, what is allowed) for strings; `reload`: changing it needs new models; `secret`:
-    never printed."""
+    never printed; `trust`: decides where code and keys go or what runs, so a project file may
+    set it only in a trusted workspace."""
     meta = {"help": help, "choices": choices, "lo": lo, "hi": hi, "lo_open": lo_open, "check": check,
-            "reload": reload, "secret": secret}
+            "reload": reload, "secret": secret, "trust": trust}
     return field(default=default, metadata=meta)
 
 
@@ -42,9 +51,9 @@ ENGINE_URL_SCHEMES = ("ws://", "wss://", "llamacpp:http://", "llamacpp:https://"
 class EngineConfig:
     """The in-process engine: models, quantization, decoding, cache, scheduler."""
     target: str | None = opt(None, "target model: HF model directory or hub id (default: the embedded pair)",
-                             reload=True)
+                             reload=True, trust=True)
     draft: str | None = opt(None, "draft model sharing the target's tokenizer (default: the embedded pair)",
-                            reload=True)
+                            reload=True, trust=True)
     device: str = opt("auto", "auto (CUDA when present) | cpu | cuda[:N]", reload=True,
                       check=(lambda v: v in ("auto", "cpu", "cuda") or v.startswith("cuda:"), "auto, cpu or cuda[:N]"))
     dtype: str = opt("auto", "compute dtype; auto = fp32 on CPU, bf16 on CUDA", reload=True,
@@ -121,12 +130,12 @@ class ClientConfig:
     engine: str | None = opt(None, "an engine elsewhere instead of in-process models: ws://HOST:PORT "
                              "(completer serve), llamacpp:http://HOST:PORT (llama-server /infill), "
                              "openai:http(s)://HOST:PORT/v1 (any OpenAI-compatible /v1/completions)",
-                             reload=True, check=(lambda v: v.startswith(ENGINE_URL_SCHEMES),
-                                                 "a URL starting " + ", ".join(ENGINE_URL_SCHEMES)))
-    engine_api_key: str | None = opt(None, "API key for a remote engine (else env COMPLETER_API_KEY)",
-                                     reload=True, secret=True)
+                             reload=True, trust=True, check=(lambda v: v.startswith(ENGINE_URL_SCHEMES),
+                                                             "a URL starting " + ", ".join(ENGINE_URL_SCHEMES)))
+    engine_api_key: str | None = opt(None, "API key for a remote engine (else env COMPLETER_API_KEY); sent only to "
+                                     "the engine set in the same place", reload=True, secret=True, trust=True)
     engine_model: str | None = opt(None, "model name for an OpenAI-compatible engine (default: its first)",
-                                   reload=True)
+                                   reload=True, trust=True)
     engine_timeout_ms: int = opt(10_000, "a remote request that takes longer fails", lo=100, hi=600_000)
     engine_retries: int = opt(2, "connection retries (with back-off) before a remote request fails", lo=0,
                               hi=10)
@@ -145,13 +154,24 @@ class LspConfig:
 @dataclass(frozen=True)
 class ServeConfig:
     """`completer serve`: the engine service's network side."""
-    host: str = opt("127.0.0.1", "address to bind; a non-loopback host needs a token")
+    host: str = opt("127.0.0.1", "address to bind; a non-loopback host needs a token", trust=True)
     port: int = opt(7421, "port (0 = any free port, printed on start)", lo=0, hi=65535)
     token: str | None = opt(None, "auth token (required for a non-loopback host; env COMPLETER_TOKEN)",
-                            secret=True)
-    allow_origins: tuple[str, ...] = opt((), "browser Origins allowed besides localhost pages ('*' = any)")
+                            secret=True, trust=True)
+    allow_origins: tuple[str, ...] = opt((), "browser Origins allowed besides localhost pages ('*' = any)",
+                                         trust=True)
+    allow_hosts: tuple[str, ...] = opt((), "Host header names accepted besides IP addresses, localhost and the "
+                                       "bound host (DNS rebinding guard; '*' = any)", trust=True)
     max_frame_bytes: int = opt(4 * 2**20, "larger frames get a too_large error", lo=1024, hi=1 << 30)
     max_inflight: int = opt(64, "requests in flight per connection", lo=1, hi=10_000)
+
+
+@dataclass(frozen=True)
+class TrustConfig:
+    """Which workspaces' project files may set the trust options; read by every command."""
+    trusted_workspaces: tuple[str, ...] = opt((), "directories (absolute, ~ expands) whose .completer.toml, and "
+                                              "those below them, may set the options that decide where code and "
+                                              "keys go (engine, keys, models, hosts)", trust=True)
 
 
 @dataclass(frozen=True)
@@ -166,7 +186,8 @@ class WorkspaceOptions:
 
 
 SCOPES: dict[str, type] = {"engine": EngineConfig, "client": ClientConfig, "syntax": SyntaxOptions,
-                           "lsp": LspConfig, "serve": ServeConfig, "workspace": WorkspaceOptions}
+                           "lsp": LspConfig, "serve": ServeConfig, "trust": TrustConfig,
+                           "workspace": WorkspaceOptions}
 
 
 # -- the schema's machinery ------------------------------------------------------------------------
@@ -196,6 +217,7 @@ def _option(scope: str, cls: type, f: Field) -> Option:
 
 
 OPTIONS: dict[str, Option] = {f.name: _option(scope, cls, f) for scope, cls in SCOPES.items() for f in fields(cls)}
+TRUST_OPTIONS = tuple(n for n, o in OPTIONS.items() if o.meta["trust"])
 
 
 def _allowed(o: Option, values: Mapping[str, Any]) -> str:
@@ -249,43 +271,126 @@ def show(o: Option, value: Any) -> str:
     return "'***'" if o.meta.get("secret") and value else repr(value)
 
 
+class Layer(NamedTuple):
+    """One source of option values. `kind` says whose it is: "user" (the user's config file),
+    "project" (a `.completer.toml` that came with the code), "editor" (initializationOptions and
+    settings), "cli" (flags and the environment of the command)."""
+    source: str                          # what warnings and `completer config` call it
+    values: Mapping[str, Any] | None
+    kind: str
+
+
 @dataclass
 class Resolved:
     """Effective values, where each came from, and the warnings the sources produced."""
     values: dict[str, Any]
     sources: dict[str, str]
     warnings: list[str]
+    kinds: dict[str, str] = field(default_factory=dict)                 # option → its source's Layer.kind
+    refused: dict[str, tuple[str, Any]] = field(default_factory=dict)   # option → (project file, value)
+    layers: tuple[Layer, ...] = ()
 
     def build(self, cls: type):
         return cls(**{f.name: self.values[f.name] for f in fields(cls)})
 
+    def engine_key(self, env: Mapping[str, str] = os.environ) -> tuple[str | None, str | None]:
+        """(the key to send to `engine`, a warning when a configured key is withheld).
 
-def resolve(layers: Iterable[tuple[str, Mapping[str, Any] | None]], scopes: Iterable[str] = SCOPES) -> Resolved:
-    """Merge sources, lowest precedence first: [(source name, {option: raw value}), ...]."""
-    known = {n: o for n, o in OPTIONS.items() if o.scope in set(scopes)}
+        A key is sent only to the engine URL it was configured with: `engine_api_key` when it
+        was set in the same place as `engine` (both on the command line, both in the editor's
+        settings, both in the user file, or both in the one trusted project file); else env
+        COMPLETER_API_KEY (then COMPLETER_TOKEN for a ws:// engine) when `engine` comes from the
+        user's own places (command line, editor, user file), never from a project file."""
+        engine = self.values.get("engine")
+        if not engine:
+            return None, None
+        where = self.kinds.get("engine")
+        if self.values.get("engine_api_key") is not None:
+            if self.kinds.get("engine_api_key") == where:
+                return self.values["engine_api_key"], None
+            return None, (f"engine_api_key ({self.sources['engine_api_key']}) is not sent to the engine {engine} "
+                          f"({self.sources['engine']}): a key goes only to the engine set beside it")
+        names = ("COMPLETER_API_KEY", "COMPLETER_TOKEN") if engine.startswith(("ws://", "wss://")) else \
+            ("COMPLETER_API_KEY",)
+        name = next((n for n in names if env.get(n)), None)
+        if name is None:
+            return None, None
+        if where == "project":
+            return None, (f"{name} is not sent to the engine {engine} set in {self.sources['engine']}: put "
+                          "engine_api_key beside it, or set engine in your own config")
+        return env[name], None
+
+
+def resolve(layers: Iterable[Layer], scopes: Iterable[str] = SCOPES) -> Resolved:
+    """Merge sources, lowest precedence first. The `trust` scope is always read: a project layer
+    sets the trust options only inside a workspace the other layers trust."""
+    layers = tuple(layers)
+    wanted = {*scopes, "trust"}
+    known = {n: o for n, o in OPTIONS.items() if o.scope in wanted}
     values = {n: o.default for n, o in known.items()}
     sources = dict.fromkeys(known, "default")
+    kinds = dict.fromkeys(known, "default")
     warnings: list[str] = []
-    for source, raw in layers:
+    refused: dict[str, tuple[str, Any]] = {}
+    trusted = _trusted_dirs(layers)
+    for layer in layers:
+        source, raw = layer.source, layer.values
+        untrusted = layer.kind == "project" and not _inside(Path(source).parent, trusted)
         for key, value in (raw or {}).items():
             name = str(key).replace("-", "_")
             o = known.get(name)
             if o is None:
-                warnings.append(f"{source}: unknown option {key!r} ignored")
+                if name not in OPTIONS:
+                    warnings.append(f"{source}: unknown option {key!r} ignored")
+                elif layer.kind not in ("user", "project"):  # a shared file holds every command's options
+                    warnings.append(f"{source}: option {name!r} is for {OPTIONS[name].scope} and not read here; "
+                                    "ignored")
+                continue
+            if layer.kind == "project" and (untrusted and o.meta["trust"] or name == "trusted_workspaces"):
+                refused[name] = (source, value)  # (a project never trusts projects, even a trusted one)
                 continue
             ok, v = coerce(o, value, values)
             if not ok:
                 warnings.append(f"{source}: option {name!r} = {show(o, value)} is invalid (allowed: "
                                 f"{_allowed(o, values)}); using {show(o, values[name])} ({sources[name]})")
                 continue
-            values[name], sources[name] = v, source
+            values[name], sources[name], kinds[name] = v, source, layer.kind
+        names = [n for n in refused if refused[n][0] == source]
+        if names:
+            warnings.append(f"{source}: {', '.join(names)} not used: a project's file may not decide where your "
+                            "code and keys go or what runs; to allow it, add its directory to trusted_workspaces "
+                            f"in {user_config_path()}")
     for name, o in known.items():  # bounds that depend on another option (draft_len ≤ max_draft_len)
         if isinstance(o.meta.get("hi"), str) and not coerce(o, values[name], values)[0]:
             fallback = o.default if coerce(o, o.default, values)[0] else values[o.meta["hi"]]
             warnings.append(f"{sources[name]}: option {name!r} = {values[name]!r} is invalid (allowed: "
                             f"{_allowed(o, values)}); using {fallback!r}")
-            values[name], sources[name] = fallback, "default"
-    return Resolved(values, sources, warnings)
+            values[name], sources[name], kinds[name] = fallback, "default", "default"
+    return Resolved(values, sources, warnings, kinds, refused, layers)
+
+
+def _trusted_dirs(layers: tuple[Layer, ...]) -> list[Path]:
+    """trusted_workspaces from the layers that are the user's own (a project cannot trust itself);
+    the highest valid one wins, as for any option; a relative entry matches nothing (relative to
+    what?) and `completer config` shows it as given."""
+    o, found = OPTIONS["trusted_workspaces"], ()
+    for layer in layers:
+        if layer.kind != "project" and layer.values and "trusted_workspaces" in layer.values:
+            ok, v = coerce(o, layer.values["trusted_workspaces"])
+            found = v if ok else found
+    return [_real(p) for p in (Path(d).expanduser() for d in found) if p.is_absolute()]
+
+
+def _real(p: Path) -> Path:
+    try:
+        return p.resolve()
+    except (OSError, ValueError):  # a path the OS refuses matches nothing
+        return p
+
+
+def _inside(d: Path, trusted: list[Path]) -> bool:
+    d = _real(d)
+    return any(d == t or t in d.parents for t in trusted)
 
 
 def check_all(obj) -> list[str]:
@@ -301,12 +406,14 @@ def needs_reload(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
 
 
 # -- sources: CLI flags, files ------------------------------------------------------------------------
-def add_arguments(ap: argparse.ArgumentParser, scopes: Iterable[str], title: str | None = None) -> None:
-    """One flag per option of `scopes`; a flag not given leaves no attribute (so that lower
-    sources show through in `resolve`)."""
+def add_arguments(ap: argparse.ArgumentParser, scopes: Iterable[str], title: str | None = None,
+                  only: Iterable[str] | None = None) -> None:
+    """One flag per option of `scopes` (or only of the options named); a flag not given leaves
+    no attribute (so that lower sources show through in `resolve`)."""
+    names = set(only) if only is not None else set(OPTIONS)
     for scope in scopes:
         g = ap.add_argument_group(title or f"{scope} options ({SCOPES[scope].__doc__.strip().rstrip('.')})")
-        for o in (o for o in OPTIONS.values() if o.scope == scope):
+        for o in (o for o in OPTIONS.values() if o.scope == scope and o.name in names):
             kw: dict[str, Any] = {"dest": o.name, "default": argparse.SUPPRESS,
                                   "help": f"{o.meta['help']} [default: {show(o, o.default)}]"}
             if o.type is bool:
@@ -324,8 +431,8 @@ def _none_or(t: Callable) -> Callable:
     return lambda s: None if s.lower() in ("", "none") else t(s)
 
 
-def from_args(ns: argparse.Namespace) -> dict[str, Any]:
-    return {n: getattr(ns, n) for n in OPTIONS if hasattr(ns, n)}
+def from_args(ns: argparse.Namespace, scopes: Iterable[str] = SCOPES) -> dict[str, Any]:
+    return {n: getattr(ns, n) for n, o in OPTIONS.items() if o.scope in set(scopes) and hasattr(ns, n)}
 
 
 def user_config_path() -> Path:
@@ -345,7 +452,8 @@ def project_config_path(start: str | Path | None) -> Path | None:
 
 
 def read_toml(path: Path | None) -> tuple[dict[str, Any], list[str]]:
-    """A config file's keys (a `[completer]` table or top-level keys); a broken file is a warning."""
+    """A config file's keys: top-level keys and those of a `[completer]` table (the table's win,
+    with a warning, where both set one); a UTF-8 BOM is allowed; a broken file is a warning."""
     if path is None or not path.is_file():
         return {}, []
     if sys.version_info >= (3, 11):
@@ -353,25 +461,32 @@ def read_toml(path: Path | None) -> tuple[dict[str, Any], list[str]]:
     else:  # pragma: no cover - Python 3.10
         import tomli as tomllib
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         return {}, [f"{path}: cannot read it ({e}); ignored"]
-    return (data["completer"] if isinstance(data.get("completer"), dict) else data), []
+    table = data.pop("completer", None)
+    if not isinstance(table, dict):
+        return data if table is None else {**data, "completer": table}, []
+    both = sorted(set(data) & set(table))
+    warnings = [f"{path}: {', '.join(both)} set both at the top and in [completer]; the [completer] value is used"] \
+        if both else []
+    return {**data, **table}, warnings
 
 
-def file_layers(project_start: str | Path | None) -> tuple[list[tuple[str, dict]], list[str]]:
-    """[(user file), (project file)] layers, lowest first, and their read warnings."""
+def file_layers(project_start: str | Path | None) -> tuple[list[Layer], list[str]]:
+    """[user file, project file] layers, lowest first, and their read warnings."""
     layers, warnings = [], []
-    for path in (user_config_path(), project_config_path(project_start)):
+    for path, kind in ((user_config_path(), "user"), (project_config_path(project_start), "project")):
         values, w = read_toml(path)
         warnings += w
         if values:
-            layers.append((str(path), values))
+            layers.append(Layer(str(path), values, kind))
     return layers, warnings
 
 
 def json_schema(scopes: Iterable[str] = SCOPES) -> dict:
-    """The options as a JSON Schema (draft 2020-12); `x-scope` says which part reads each one."""
+    """The options as a JSON Schema (draft 2020-12); `x-scope` says which part reads each one,
+    `x-trust` marks the options a project file may not set (editors restrict them the same way)."""
     props = {}
     names = {bool: "boolean", int: "integer", float: "number", str: "string", tuple: "array"}
     for o in (o for o in OPTIONS.values() if o.scope in set(scopes)):
@@ -393,6 +508,8 @@ def json_schema(scopes: Iterable[str] = SCOPES) -> dict:
                 p["maximum"] = hi
         if m.get("reload"):
             p["x-reload"] = True
+        if m.get("trust"):
+            p["x-trust"] = True
         props[o.name] = p
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "completer options",
             "type": "object", "properties": props, "additionalProperties": False}

@@ -3,7 +3,9 @@
 that keeps the server alive and spec-conformant on any input: a frame that is too large, nested
 too deep, not JSON, not JSON-RPC or of the wrong shape gets the error the spec names (or is dropped
 if it was a notification); a handler's exception never reaches the loop. The process ends on
-`exit` (or when stdin closes)."""
+`exit` (or when stdin closes). The network transports follow `completer serve`'s rules
+(completer.netguard): loopback unless a token is given, browser pages and foreign Host names
+refused, a client with no token at the handshake shows it in the first message (`Gate`)."""
 from __future__ import annotations
 
 import argparse
@@ -14,6 +16,7 @@ import logging
 import os
 import re
 import sys
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -37,7 +40,7 @@ from pygls.protocol import (
 )
 from pygls.uris import to_fs_path
 
-from completer import config
+from completer import config, netguard
 
 from .options import SCOPES, parse_options, update_options
 from .service import Edit, Service
@@ -47,6 +50,10 @@ HEADER = re.compile(rb"Content-Length:\s*(\d+)", re.IGNORECASE)
 MAX_BODY = 64 * 2**20      # bytes of one message (a 16 Mi-char document fits); larger: -32600, skipped
 MAX_DEPTH = 64             # JSON nesting; LSP messages need < 20, and handlers may walk what they get
 MAX_LINE = 64 * 2**10      # bytes of one header line; a longer line is garbage between frames
+NET_OPTIONS = ("host", "token", "allow_origins", "allow_hosts")  # completer serve's, for --tcp and --ws
+UNAUTHORIZED = -32001      # JSON-RPC's server-defined range: the first message lacked the token
+UNAUTHORIZED_MESSAGE = ("unauthorized: send the token as initializationOptions.token in initialize, or at the "
+                        "WebSocket handshake (Authorization: Bearer or ?token=)")
 
 
 def too_deep(data: Any) -> bool:
@@ -355,15 +362,55 @@ class ByteStream:
         return body
 
 
-async def read_frames(ls: CompleterServer, stream: ByteStream) -> None:
+class Gate:
+    """What one network client must show before its messages reach the server: with a token
+    configured and none given at the handshake, the first message must be `initialize` carrying
+    it as `initializationOptions.token` (what any editor can send over raw TCP). The token is
+    taken out of the options either way: it is the transport's, not an option of the server."""
+
+    def __init__(self, token: str | None, authed: bool = False):
+        self.token, self.authed, self.first = token, authed or token is None, True
+        self.refused_id: int | str | None = None
+
+    def refusal(self) -> dict:
+        """The error response to a refused first message (`refused_id`: its id)."""
+        return {"jsonrpc": "2.0", "id": self.refused_id, "error": {"code": UNAUTHORIZED, "message": UNAUTHORIZED_MESSAGE}}
+
+    def admit(self, body: bytes) -> bytes | None:
+        """The body to dispatch, or None: refused (the caller sends `refusal()` and closes the
+        connection)."""
+        if not self.first:
+            return body
+        self.first = False
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError):
+            data = None
+        params = data.get("params") if isinstance(data, dict) and data.get("method") == t.INITIALIZE else None
+        opts = params.get("initializationOptions") if isinstance(params, dict) else None
+        given = opts.pop("token", None) if isinstance(opts, dict) else None
+        if not self.authed and not netguard.token_matches(given if isinstance(given, str) else None, self.token):
+            self.refused_id = _request_id(data) if isinstance(data, dict) else None
+            return None
+        self.authed = True
+        return json.dumps(data).encode() if given is not None else body
+
+
+async def read_frames(ls: CompleterServer, stream: ByteStream, gate: Gate | None = None) -> None:
     """`Content-Length` framing that resynchronises: a header is found anywhere in a line (a short
     body leaves its tail glued before the next header), a length over MAX_BODY is answered and
-    skipped instead of buffered, and anything else between frames is skipped. Returns at EOF."""
-    length = None
+    skipped instead of buffered, and anything else between frames is skipped. Returns at EOF, at
+    an HTTP request line first (a browser's POST: its body must not be read as a message) and
+    when `gate` refuses the first message."""
+    length, first = None, True
     while True:
         line = await stream.readline()
         if not line:
             return
+        if first and gate is not None and netguard.looks_like_http(line):
+            log.warning("an HTTP request on the LSP TCP port was refused (a browser page?)")
+            return
+        first = False
         m = HEADER.search(line)
         if m:
             length = int(m.group(1))
@@ -377,6 +424,9 @@ async def read_frames(ls: CompleterServer, stream: ByteStream) -> None:
             continue
         body = await stream.readexactly(n)
         if len(body) < n:
+            return
+        if gate is not None and (body := gate.admit(body)) is None:
+            ls.protocol.reply_error(gate.refused_id, JsonRpcException(UNAUTHORIZED_MESSAGE, code=UNAUTHORIZED))
             return
         dispatch(ls, body)
         await asyncio.sleep(0)  # its handler starts before the next message (a $/cancelRequest) is read
@@ -443,13 +493,13 @@ async def _session(ls: CompleterServer, busy: list[bool], serve) -> None:
         ls.service.close_all()
 
 
-async def serve_tcp(ls: CompleterServer, host: str, port: int) -> None:
-    busy = [False]
+async def serve_tcp(ls: CompleterServer, net: config.ServeConfig, port: int) -> None:
+    busy, host = [False], net.host
 
     async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         async def serve() -> None:
             ls.protocol.set_writer(_StreamWriter(writer))
-            await read_frames(ls, ByteStream(reader.read))
+            await read_frames(ls, ByteStream(reader.read), Gate(net.token))
         try:
             await _session(ls, busy, serve)
         except ConnectionRefusedError:
@@ -465,17 +515,43 @@ async def serve_tcp(ls: CompleterServer, host: str, port: int) -> None:
         await server.serve_forever()
 
 
-async def serve_ws(ls: CompleterServer, host: str, port: int) -> None:
+async def serve_ws(ls: CompleterServer, net: config.ServeConfig, port: int) -> None:
+    from http import HTTPStatus
+    from urllib.parse import parse_qs, urlsplit
+
     from websockets.asyncio.server import serve
     from websockets.exceptions import ConnectionClosed
 
-    busy = [False]
+    busy, host = [False], net.host
+    shown_token = weakref.WeakSet()  # connections that gave the right token at the handshake
+
+    def handshake(conn, request):
+        """netguard's Host, Origin and token rules before the upgrade; None lets it through."""
+        headers = request.headers
+        if any(len(headers.get_all(h)) > 1 for h in ("Host", "Origin", "Authorization")):
+            return conn.respond(HTTPStatus.BAD_REQUEST, "a Host, Origin or Authorization header given twice\n")
+        if not netguard.host_allowed(headers.get("Host"), host, net.allow_hosts):
+            return conn.respond(HTTPStatus.FORBIDDEN, "Host header not allowed (DNS rebinding guard; see --allow-hosts)\n")
+        if not netguard.origin_allowed(headers.get("Origin"), net.allow_origins):
+            return conn.respond(HTTPStatus.FORBIDDEN, "origin not allowed (see --allow-origins)\n")
+        query = parse_qs(urlsplit(request.path).query).get("token")
+        given = netguard.given_token(headers.get("Authorization"), query[0] if query else None)
+        if given is not None and net.token is not None and not netguard.token_matches(given, net.token):
+            return conn.respond(HTTPStatus.UNAUTHORIZED, "wrong token\n")
+        if given is not None:
+            shown_token.add(conn)
+        return None
 
     async def connection(ws) -> None:
         async def session() -> None:
             ls.protocol.set_writer(_WsWriter(ws), include_headers=False)
+            gate = Gate(net.token, authed=ws in shown_token)
             while True:
                 data = await ws.recv(decode=False)  # text or binary: one JSON-RPC body
+                if (data := gate.admit(data)) is None:
+                    await ws.send(json.dumps(gate.refusal()))  # awaited: pygls' writer would send it after the close
+                    await ws.close(1008, "unauthorized")
+                    return
                 dispatch(ls, data)
                 await asyncio.sleep(0)
         try:
@@ -486,7 +562,7 @@ async def serve_ws(ls: CompleterServer, host: str, port: int) -> None:
         except ConnectionClosed as e:  # the client left, or sent a message over max_size (1009)
             log.info("WebSocket closed: %s", e)
 
-    async with serve(connection, host, port, max_size=MAX_BODY) as server:
+    async with serve(connection, host, port, max_size=MAX_BODY, process_request=handshake) as server:
         print(f"completer-lsp: listening on ws://{host}:{server.sockets[0].getsockname()[1]}", file=sys.stderr,
               flush=True)
         await server.serve_forever()
@@ -496,10 +572,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="completer-lsp", description="Code-completion language server.")
     ap.add_argument("--tcp", type=int, metavar="PORT", help="listen on TCP instead of stdio (0: any free port)")
     ap.add_argument("--ws", type=int, metavar="PORT", help="listen on a WebSocket instead of stdio (0: any free port)")
-    ap.add_argument("--host", dest="listen", default="127.0.0.1", help="address for --tcp and --ws")
     ap.add_argument("--log-level", default="WARNING")
     config.add_arguments(ap, SCOPES)
+    config.add_arguments(ap, ("trust",))
+    config.add_arguments(ap, ("serve",), "--tcp and --ws (the rules of completer serve)", only=NET_OPTIONS)
     a = ap.parse_args(argv)
+    net = _network_options(a) if a.tcp is not None or a.ws is not None else None
     logging.basicConfig(stream=sys.stderr, level=a.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if logging.getLogger().level > logging.DEBUG:  # pygls logs a traceback per malformed message;
@@ -507,13 +585,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     protocol_out = sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print() from a library must not corrupt the protocol
-    ls = build(config.from_args(a))
+    ls = build(config.from_args(a, (*SCOPES, "trust")))
     code = 0
     try:
         if a.tcp is not None:
-            asyncio.run(serve_tcp(ls, a.listen, a.tcp))
+            asyncio.run(serve_tcp(ls, net, a.tcp))
         elif a.ws is not None:
-            asyncio.run(serve_ws(ls, a.listen, a.ws))
+            asyncio.run(serve_ws(ls, net, a.ws))
         else:
             serve_stdio(ls, sys.stdin.buffer, protocol_out)
     except SystemExit as e:  # the `exit` notification: 0 after `shutdown`, else 1
@@ -524,6 +602,24 @@ def main(argv: list[str] | None = None) -> int:
         pass
     # Do not wait for a model load or a generation still running in the worker thread.
     os._exit(code)
+
+
+def _network_options(a: argparse.Namespace) -> config.ServeConfig:
+    """--host, --token (else env COMPLETER_TOKEN), --allow-origins, --allow-hosts; exits with one
+    line when the host is not loopback and there is no token. Config files are not read: a
+    listener's reach is decided where it is started."""
+    flags = config.from_args(a, ("serve",))
+    if "token" not in flags and os.environ.get("COMPLETER_TOKEN"):
+        flags["token"] = os.environ["COMPLETER_TOKEN"]
+    r = config.resolve([config.Layer("command line", flags, "cli")], ("serve",))
+    for w in r.warnings:
+        print(f"completer-lsp: warning: {w}", file=sys.stderr)
+    net = r.build(config.ServeConfig)
+    refusal = netguard.listen_refusal(net.host, net.token)
+    if refusal:
+        print(f"completer-lsp: error: {refusal}", file=sys.stderr)
+        raise SystemExit(2)
+    return net
 
 
 if __name__ == "__main__":

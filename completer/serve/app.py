@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hmac
 import json
 import signal
 import sys
@@ -24,11 +23,10 @@ import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 from aiohttp import WSMsgType, web
 
-from .. import pipeline
+from .. import netguard, pipeline
 from ..client import Completion, EngineError
 from ..config import ServeConfig
 from . import openai, protocol
@@ -36,14 +34,6 @@ from .metrics import Metrics
 from .protocol import BadRequest, FrameError, Job, Refused, error, pack
 
 WARMUPS_PER_CONNECTION = 2  # warmups in flight per connection; more are dropped (best effort)
-
-
-def origin_allowed(origin: str | None, allow: tuple[str, ...]) -> bool:
-    """No Origin (not a browser) and localhost pages pass; other origins must be listed."""
-    if origin is None or "*" in allow or origin in allow:
-        return True
-    u = urlsplit(origin)
-    return u.scheme in ("http", "https") and (u.hostname or "") in ("localhost", "127.0.0.1", "::1")
 
 
 @dataclass(eq=False)
@@ -187,18 +177,20 @@ class Service:
 
     def token(self, request: web.Request) -> bool | None:
         """True/False for a token given in the Authorization header or the ?token= query, None
-        when none was given."""
-        auth = request.headers.get("Authorization", "")
-        given = request.query.get("token", auth[len("Bearer "):].strip() if auth.startswith("Bearer ") else None)
+        when none was given (netguard's rules)."""
+        given = netguard.given_token(request.headers.get("Authorization"), request.query.get("token"))
         if given is None:
             return None
-        return self.cfg.token is None or hmac.compare_digest(given.encode(), self.cfg.token.encode())
+        return self.cfg.token is None or netguard.token_matches(given, self.cfg.token)
 
     @web.middleware
     async def _guard(self, request: web.Request, handler) -> web.StreamResponse:
-        """Origin rules for every path; CORS preflight; helpful 404/405."""
+        """Host and Origin rules (netguard) for every path; CORS preflight; helpful 404/405."""
         api = request.path.startswith("/v1/")
-        if not origin_allowed(request.headers.get("Origin"), self.cfg.allow_origins):
+        if not netguard.host_allowed(request.headers.get("Host"), self.cfg.host, self.cfg.allow_hosts):
+            msg = "Host header not allowed (DNS rebinding guard; see --allow-hosts)"
+            return openai.error(403, msg, "host_not_allowed") if api else web.Response(status=403, text=msg + "\n")
+        if not netguard.origin_allowed(request.headers.get("Origin"), self.cfg.allow_origins):
             msg = "origin not allowed (see --allow-origins)"
             return openai.error(403, msg, "origin_not_allowed") if api else web.Response(status=403, text=msg + "\n")
         if request.method == "OPTIONS" and api:  # a browser's CORS preflight (carries no token)
@@ -277,7 +269,7 @@ class Service:
 
     def _hello(self, conn: Conn, f: dict) -> dict:
         if self.cfg.token is not None and not conn.authed:
-            if f["token"] is None or not hmac.compare_digest(f["token"].encode(), self.cfg.token.encode()):
+            if not netguard.token_matches(f["token"], self.cfg.token):
                 return error(None, "unauthorized", "wrong or missing token")
             conn.authed = True
         return {"type": "hello", "server": "completer", "version": _version(), "protocol": protocol.PROTOCOL_VERSION,
