@@ -95,6 +95,16 @@ def test_settings_match_the_option_schema():
             assert p.get(key) == want, (name, key)
 
 
+def test_untrusted_workspaces_restrict_what_the_schema_marks_trust():
+    """In an untrusted workspace VS Code ignores the workspace's own value of these settings: the
+    options a project's .completer.toml may not set either, and the server executable."""
+    trust = manifest()["capabilities"]["untrustedWorkspaces"]
+    assert trust["supported"] == "limited" and trust["description"]
+    want = {f"completer.{camel(n)}" for n, s in lsp_schema().items() if s.get("x-trust")}
+    assert {"completer.engine", "completer.engineApiKey", "completer.target"} <= want
+    assert set(trust["restrictedConfigurations"]) == want | {"completer.server.path", "completer.server.args"}
+
+
 def test_generated_settings_are_up_to_date(tmp_path):
     """Running the generator on a copy changes nothing: the committed output is current."""
     if shutil.which("node") is None:

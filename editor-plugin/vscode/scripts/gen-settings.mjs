@@ -1,8 +1,11 @@
 // npm run gen:settings — the server options' settings from the option schema the Python CLI
 // prints (`completer options --json-schema`): writes src/schema.json (the options completer-lsp
 // reads: scopes engine, client, syntax, lsp) and package.json's contributes.configuration, as
-// camelCased `completer.*` settings. Both outputs are committed; tests/test_editor_vscode.py
-// checks them against the CLI. COMPLETER=/path/to/completer overrides the executable.
+// camelCased `completer.*` settings, and capabilities.untrustedWorkspaces: the settings VS Code
+// ignores in a workspace's own settings until the user trusts it (the options the schema marks
+// `x-trust`, as completer-lsp refuses them from a project's .completer.toml, plus the server
+// executable and its arguments). Both outputs are committed; tests/test_editor_vscode.py checks
+// them against the CLI. COMPLETER=/path/to/completer overrides the executable.
 import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -41,5 +44,16 @@ for (const [name, o] of Object.entries(options)) {
   if (name === "enable") p.scope = "language-overridable";
   props[`completer.${camel(name)}`] = p;
 }
+const restricted = ["completer.server.path", "completer.server.args",
+                    ...Object.keys(options).filter((n) => schema.properties[n]["x-trust"]).map((n) => `completer.${camel(n)}`)];
+pkg.capabilities = {
+  ...pkg.capabilities,
+  untrustedWorkspaces: {
+    supported: "limited",
+    description: "In an untrusted workspace its own settings cannot choose the language server, the engine, " +
+      "the models or the API key: " + restricted.join(", ") + " are read from your user settings only.",
+    restrictedConfigurations: restricted,
+  },
+};
 writeFileSync(pkgPath, JSON.stringify(pkg, null, 2) + "\n");
 console.log(`gen:settings: ${Object.keys(options).length} options from ${exe}`);
