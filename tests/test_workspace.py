@@ -348,3 +348,12 @@ def test_options_in_the_schema():
     props = json_schema(["workspace"])["properties"]
     assert set(props) == {"cross_file", "cross_file_share", "cross_file_max_files", "index_memory_mb",
                           "index_max_file_kb"}
+
+
+def test_a_document_nobody_indexed_and_one_outside(tmp_path):
+    ix = index(tmp_path, PY)
+    text = "# é\nfrom .util import join_url\njoin_url("  # a new, unsaved file; bytes ≠ chars before the cursor
+    assert shown(ix.retrieve(tmp_path / "pkg/new.py", text, len(text.encode()), 500)) == [
+        ("pkg/util.py", "def join_url(base, path):")]
+    outside = tmp_path.parent / "elsewhere.py"
+    assert ix.retrieve(outside, "join_url(", 9, 500) == []  # not in the workspace: nothing to resolve through

@@ -24,8 +24,9 @@ def chains_at(text: str, offset: int, outline: Outline | None) -> tuple[list[lis
     line = text.count("\n", 0, offset)
     start = _body_start(text, offset, line, outline)
     window = text[start:offset]
-    callees = _open_calls(window)
-    stmt = _statement_start(window)
+    masked = _mask(window)  # strings and comments blanked: their brackets do not count
+    callees = _open_calls(masked[-STATEMENT_CHARS:])
+    stmt = _statement_start(masked)
     ordered: list[list[str]] = []
     seen: set[tuple[str, ...]] = set()
 
@@ -64,10 +65,8 @@ def _body_start(text: str, offset: int, line: int, outline: Outline | None) -> i
     return pos + 1
 
 
-def _open_calls(window: str) -> list[list[str]]:
-    """The callee chains of the calls still open at the window's end, innermost first."""
-    tail = window[-STATEMENT_CHARS:]
-    masked = _mask(tail)
+def _open_calls(masked: str) -> list[list[str]]:
+    """The callee chains of the calls still open at the (masked) text's end, innermost first."""
     depth, out = 0, []
     for i in range(len(masked) - 1, -1, -1):
         ch = masked[i]
@@ -85,10 +84,9 @@ def _open_calls(window: str) -> list[list[str]]:
     return out
 
 
-def _statement_start(window: str) -> int:
-    """Where the statement holding the window's end starts: after the last line break outside
-    brackets."""
-    masked = _mask(window)
+def _statement_start(masked: str) -> int:
+    """Where the statement holding the (masked) text's end starts: after the last line break
+    outside brackets."""
     depth = 0
     for i in range(len(masked) - 1, -1, -1):
         ch = masked[i]

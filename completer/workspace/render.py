@@ -10,16 +10,22 @@ CONSTRUCTORS = frozenset({"__init__", "constructor", "new", "__new__", "__post_i
 MAX_MEMBERS = 40  # a class with hundreds of members shows its first ones
 
 
-def render(o: Outline, i: int, short: bool = False) -> tuple[str, int, int]:
-    """(text, first line, last line) of definition i of outline o."""
+FORMS = ("full", "short", "header")  # tried in this order until one fits the budget
+
+
+def render(o: Outline, i: int, form: str = "full") -> tuple[str, int, int]:
+    """(text, first line, last line) of definition i of outline o. A container's `short` form
+    keeps its constructor and first fields, its `header` form none of its members."""
     d = o.definitions[i]
     if d.kind in CONTAINERS:
         # private members are called from inside the class, not from the file at the cursor
         members = [o.definitions[j] for j in o.members(i) if not _private(o.definitions[j].name)]
         if o.language == "go":  # methods declared beside the type
             members += [m for m in o.definitions if m.owner == d.name]
-        if short:
+        if form == "short":
             members = [m for m in members if m.name in CONSTRUCTORS or m.kind == "field"][:8]
+        elif form == "header":
+            members = []
         lines = [_own(o, d, elide=False)] + [_own(o, m, elide=True) for m in members[:MAX_MEMBERS]]
         if _braces(o) and d.signature.rstrip().endswith("{"):
             lines.append(_indent(d.signature) + "}")

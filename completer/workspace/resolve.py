@@ -43,15 +43,18 @@ class Resolver:
         self.outlines, self.dirs, self.py_modules = outlines, dirs, py_modules
         self.root, self.go_module = root, go_module
         self._active: set[tuple] = set()  # lookups in progress: an import cycle ends there
+        self._modules: dict[tuple[str, str], Module | None] = {}
 
     # -- entry point ---------------------------------------------------------------------------------
     def resolve(self, o: Outline, chain: list[str]) -> list[Target]:
         """Definitions in other files that `chain` (a dotted name as used in `o`) names."""
         best, parts = None, []
+        head = chain[0]
         for imp in o.imports:
-            a = imp.alias.split(".") if imp.alias else []
-            if a and chain[: len(a)] == a and len(a) > len(parts):
-                best, parts = imp, a
+            if imp.alias == head or imp.alias.startswith(head + "."):  # cheap before the split
+                a = imp.alias.split(".")
+                if chain[: len(a)] == a and len(a) > len(parts):
+                    best, parts = imp, a
         if best is not None:
             cur, rest = self._import(o, best, 0), chain[len(parts):]
         else:
@@ -75,6 +78,12 @@ class Resolver:
         return self.lookup(mod, imp.name, depth + 1)
 
     def module(self, o: Outline, source: str) -> Module | None:
+        key = (o.path, source)
+        if key not in self._modules:
+            self._modules[key] = self._module(o, source)
+        return self._modules[key]
+
+    def _module(self, o: Outline, source: str) -> Module | None:
         lang = o.language
         if lang == "python":
             return self._py_module(o.path, source)

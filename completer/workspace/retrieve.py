@@ -4,27 +4,30 @@
    imports (resolve.py), rendered as signatures (render.py); a callee or an attribute no import
    explains (`self.client.send(`) falls back to the few files that define that name, nearest
    first (files the cursor file imports, then its directory), when at most FALLBACK_FILES do;
-2. windows of recently edited and viewed files most similar to the lines before the cursor
-   (similar.py), none that repeats what the prompt holds or overlaps a definition already chosen.
+2. windows of the `max_files` most recently edited and viewed files most similar to the lines
+   before the cursor (similar.py), none that repeats what the prompt holds or overlaps a
+   definition already chosen.
 
 Deterministic: the same index, text and cursor give the same snippets, in rank order (most
 valuable first)."""
 from __future__ import annotations
 
-import posixpath
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 
+from ..syntax.context import MAX_CHARS_PER_TOKEN
 from .cursor import chains_at
 from .outline import Outline
-from .render import render
+from .render import FORMS, render
 from .resolve import Resolver, Target
-from .similar import Window, jaccard, prompt_lines, query_words, repeats
+from .similar import Windows, prompt_lines, query_words, ranked, repeats
 
 FALLBACK_FILES = 16   # a name defined in more files than this is too ambiguous to guess from
 FALLBACK_TAKE = 2     # files a fallback may draw definitions from
 MAX_CANDIDATES = 32   # definitions rendered per retrieval (bounds its time)
 MIN_SIMILARITY = 0.1  # a window sharing less than this with the cursor's lines is noise
+RENDER_MEMO = 4096
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,18 @@ class View:
     outlines: Mapping[str, Outline]
     resolver: Resolver
     names: Mapping[str, set[str]]                  # name → files defining it
-    recent: list[tuple[str, list[str], tuple[Window, ...]]]  # (path, lines, windows), most recent first
+    recent: list[tuple[str, list[str], Windows]]  # (path, lines, windows), most recent first
+    renders: OrderedDict  # (path, outline stamp, index, form) → render(): the same classes come back each keystroke
+
+    def render(self, path: str, i: int, form: str) -> tuple[str, int, int]:
+        o = self.outlines[path]
+        key = (path, o.stamp, i, form)
+        hit = self.renders.get(key)
+        if hit is None:
+            hit = self.renders[key] = render(o, i, form)
+            if len(self.renders) > RENDER_MEMO:
+                self.renders.popitem(last=False)
+        return hit
 
 
 def retrieve(view: View, doc_path: str, text: str, offset: int, budget: int,
@@ -55,6 +69,10 @@ def retrieve(view: View, doc_path: str, text: str, offset: int, budget: int,
     chains, callees = chains_at(text, offset, o)
     picked: list[Snippet] = []
     used, files = 0, []
+
+    def fits(path: str, text: str) -> bool:
+        """Whether `text` may fit at all: the quick test before an exact count."""
+        return len(text) <= (budget - used) * MAX_CHARS_PER_TOKEN and (path in files or len(files) < max_files)
 
     def take(s: Snippet) -> bool:
         nonlocal used
@@ -73,13 +91,13 @@ def retrieve(view: View, doc_path: str, text: str, offset: int, budget: int,
         if t in seen or (d.parent >= 0 and (path, d.parent) in seen):
             continue
         seen.add(t)
-        for short in (False, True):
-            body, s, e = render(view.outlines[path], i, short)
+        for form in FORMS:
+            body, s, e = view.render(path, i, form)
             if _overlaps(picked, path, s, e):
                 break  # what it shows is chosen already (a method, then its class)
-            if take(Snippet("definition", path, s, e, body, count_tokens(body + "\n"))):
+            if fits(path, body) and take(Snippet("definition", path, s, e, body, count_tokens(body + "\n"))):
                 break
-    _similar(view, doc_path, text, offset, budget - used, picked, take, count_tokens)
+    _similar(view, doc_path, text, offset, budget - used, max_files, picked, fits, take, count_tokens)
     return picked
 
 
@@ -116,10 +134,9 @@ def _fallback(view: View, doc_path: str, name: str, near: set[str]) -> list[Targ
     paths = view.names.get(name, ())
     if not paths or len(paths) > FALLBACK_FILES:
         return []
-    here = posixpath.dirname(doc_path)
+    here = doc_path.split("/")[:-1]
     ranked = sorted((p for p in paths if p != doc_path),
-                    key=lambda p: (p not in near, posixpath.dirname(p) != here,
-                                   -len(posixpath.commonpath([here, posixpath.dirname(p)]) if here else ""), p))
+                    key=lambda p: (p not in near, p.split("/")[:-1] != here, -_shared(here, p.split("/")[:-1]), p))
     out = []
     for p in ranked[:FALLBACK_TAKE]:
         o = view.outlines[p]
@@ -128,8 +145,9 @@ def _fallback(view: View, doc_path: str, name: str, near: set[str]) -> list[Targ
     return out
 
 
-def _similar(view: View, doc_path: str, text: str, offset: int, room: int, picked: list[Snippet],
-             take: Callable[[Snippet], bool], count_tokens: Callable[[str], int]) -> None:
+def _similar(view: View, doc_path: str, text: str, offset: int, room: int, max_files: int, picked: list[Snippet],
+             fits: Callable[[str, str], bool], take: Callable[[Snippet], bool],
+             count_tokens: Callable[[str], int]) -> None:
     if room <= 0 or not view.recent:
         return
     q = query_words(text, offset)
@@ -137,13 +155,10 @@ def _similar(view: View, doc_path: str, text: str, offset: int, room: int, picke
         return
     held = prompt_lines(text, offset)
     scored = []
-    for rank, (path, lines, wins) in enumerate(view.recent):
+    for rank, (path, lines, wins) in enumerate(view.recent[:max_files]):
         if path == doc_path:
             continue
-        for w in wins:
-            score = jaccard(q, w.words)
-            if score >= MIN_SIMILARITY:
-                scored.append((-score, rank, w.start_line, path, lines, w))
+        scored += [(-score, rank, w.start_line, path, lines, w) for score, w in ranked(q, wins, MIN_SIMILARITY)]
     scored.sort(key=lambda t: t[:4])
     misses = 0
     for _, _, _, path, lines, w in scored:
@@ -153,7 +168,7 @@ def _similar(view: View, doc_path: str, text: str, offset: int, room: int, picke
         if repeats(chunk_lines, held):
             continue
         chunk = "\n".join(chunk_lines)
-        if take(Snippet("similar", path, w.start_line, w.end_line, chunk, count_tokens(chunk + "\n"))):
+        if fits(path, chunk) and take(Snippet("similar", path, w.start_line, w.end_line, chunk, count_tokens(chunk + "\n"))):
             misses = 0
         else:
             misses += 1
@@ -163,3 +178,11 @@ def _similar(view: View, doc_path: str, text: str, offset: int, room: int, picke
 
 def _overlaps(picked: list[Snippet], path: str, start: int, end: int) -> bool:
     return any(s.path == path and s.start_line <= end and start <= s.end_line for s in picked)
+
+
+def _shared(a: list[str], b: list[str]) -> int:
+    """Leading directories two paths share."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n

@@ -20,16 +20,36 @@ class Window:
     start_line: int
     end_line: int   # inclusive
     words: frozenset[str]
+    mask: int       # its words as bits of its file's vocabulary (see Windows)
 
 
-def windows(lines: list[str]) -> tuple[Window, ...]:
+@dataclass(frozen=True)
+class Windows:
+    """A file's windows, with their words as bit masks over the file's vocabulary: scoring a
+    window is then an AND and a popcount, not a set intersection (5 µs → 0.2 µs a window)."""
+    vocab: dict[str, int]
+    items: tuple[Window, ...]
+
+    def mask(self, words: frozenset[str]) -> int:
+        m = 0
+        for w in words:
+            b = self.vocab.get(w)
+            if b is not None:
+                m |= 1 << b
+        return m
+
+
+def windows(lines: list[str]) -> Windows:
+    vocab: dict[str, int] = {}
     out = []
     for s in range(0, max(len(lines) - WINDOW, 0) + 1, STRIDE):
-        chunk = lines[s:s + WINDOW]
-        words = frozenset(_WORD.findall("\n".join(chunk)))
+        words = frozenset(_WORD.findall("\n".join(lines[s:s + WINDOW])))
         if words:
-            out.append(Window(s, min(s + WINDOW, len(lines)) - 1, words))
-    return tuple(out)
+            m = 0
+            for w in words:
+                m |= 1 << vocab.setdefault(w, len(vocab))
+            out.append(Window(s, min(s + WINDOW, len(lines)) - 1, words, m))
+    return Windows(vocab, tuple(out))
 
 
 def query_words(text: str, offset: int) -> frozenset[str]:
@@ -55,3 +75,16 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
 def repeats(lines: list[str], held: frozenset[str]) -> bool:
     body = [s for s in (ln.strip() for ln in lines) if len(s) >= MIN_DUP_LINE]
     return bool(body) and sum(s in held for s in body) >= DUP_SHARE * len(body)
+
+
+def ranked(q: frozenset[str], wins: Windows, least: float) -> list[tuple[float, Window]]:
+    """(Jaccard similarity, window) of the windows at least `least` similar to `q`."""
+    qm, nq = wins.mask(q), len(q)
+    out = []
+    for w in wins.items:
+        inter = (qm & w.mask).bit_count()
+        if inter:
+            score = inter / (nq + len(w.words) - inter)
+            if score >= least:
+                out.append((score, w))
+    return out
