@@ -198,19 +198,21 @@ def nvim_session(request, tmp_path, parrot_pair):  # noqa: F811 (the imported fi
 SGR = re.compile(r"\x1b\[([0-9;]*)m")
 
 
-def screen_capture(nv: Nvim, width: int = 72, height: int = 14) -> str:
+def screen_capture(nv: Nvim, width: int = 72, height: int = 14, truecolor: bool = True) -> str:
     """What Neovim draws, with colours: a terminal UI attached to the headless editor inside a
-    detached tmux of `width`x`height`, captured with its escape codes (`tmux capture-pane -e`)."""
-    nv.expr('execute("set termguicolors")')  # a headless editor does not detect the colours itself
+    detached tmux of `width`x`height`, captured with its escape codes (`tmux capture-pane -e`).
+    truecolor=False: a 256-colour terminal (tmux's default), cterm colours only."""
+    # a headless editor does not detect the colours itself
+    nv.expr(f'execute("set {"" if truecolor else "no"}termguicolors")')
     session = f"completer-test-{os.getpid()}"
-    env = "env TERM=tmux-256color COLORTERM=truecolor"
+    env = "env TERM=tmux-256color" + (" COLORTERM=truecolor" if truecolor else "")
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(width), "-y", str(height),
                     f"{env} {NVIM} --server {nv.sock} --remote-ui"], check=True, timeout=30)
     try:
         def drawn():
             out = subprocess.run(["tmux", "capture-pane", "-p", "-e", "-t", session], capture_output=True,
                                  text=True, timeout=30, check=True).stdout
-            return out if "38;2;" in out else None
+            return out if ("38;2;" if truecolor else "38;5;") in out else None
         time.sleep(1.0)  # let the first full redraw land
         return nv.wait(drawn, 20, "the attached UI to draw")
     finally:
@@ -218,7 +220,7 @@ def screen_capture(nv: Nvim, width: int = 72, height: int = 14) -> str:
 
 
 def ansi_cells(ansi: str) -> list[list[tuple[str, str, str, bool]]]:
-    """Rows of (char, fg, bg, italic) from a truecolor capture."""
+    """Rows of (char, fg, bg, italic) from a capture: truecolor as "#rrggbb", cterm as "c<n>"."""
     rows, fg, bg, italic = [], "#e0e2ea", "#14161b", False
     for line in ansi.rstrip("\n").split("\n"):
         row, pos = [], 0
@@ -236,6 +238,10 @@ def ansi_cells(ansi: str) -> list[list[tuple[str, str, str, bool]]]:
                     color = "#{:02x}{:02x}{:02x}".format(*codes[i + 2:i + 5])
                     fg, bg = (color, bg) if c == 38 else (fg, color)
                     i += 5
+                    continue
+                if c in (38, 48) and codes[i + 1:i + 2] == [5]:
+                    fg, bg = (f"c{codes[i + 2]}", bg) if c == 38 else (fg, f"c{codes[i + 2]}")
+                    i += 3
                     continue
                 if c == 0:
                     fg, bg, italic = "#e0e2ea", "#14161b", False
@@ -345,6 +351,52 @@ def test_typing_on_rejects_and_tab_accepts(nvim_session):
     assert after == typed + shown
     st = nv.lua("T.state()")
     assert st["counters"]["accepted"] == 1 and st["last_feedback"]["accepted"] is True
+
+
+def test_ghost_text_has_its_own_highlight_with_a_cterm_colour(nvim_session):
+    """CompleterGhost: grey and italic with a cterm colour, standing in for ComplHint in the
+    buffer's window; in a 256-colour terminal the ghost is drawn in it, apart from the code; a
+    user's own definition survives a colour scheme change."""
+    nv = nvim_session
+    wait_ready(nv)
+    hl = nv.lua("vim.json.encode(vim.api.nvim_get_hl(0, { name = 'CompleterGhost' }))")
+    assert hl["ctermfg"] == 244 and hl["italic"] is True and hl["cterm"]["italic"] is True, hl
+    assert "ComplHint:CompleterGhost" in nv.expr("&winhighlight")
+    ghost = ghost_after(nv, "GA<CR>    y = x + ")
+    shown = "\n".join(ghost[0]["lines"])
+    if shutil.which("tmux"):
+        rows = ansi_cells(screen_capture(nv, truecolor=False))
+        line = next(r for r in rows if "".join(c[0] for c in r).rstrip().endswith("y = x + " + shown))
+        text = "".join(c[0] for c in line).rstrip()
+        ghost_cells, code_cells = line[len(text) - len(shown):len(text)], line[:len(text) - len(shown)]
+        assert {(c[1], c[3]) for c in ghost_cells} == {("c244", True)}, ghost_cells
+        assert not any(c[3] for c in code_cells) and "c244" not in {c[1] for c in code_cells}, code_cells
+    nv.send("<Esc>:hi CompleterGhost ctermfg=1 guifg=Red<CR>:doautocmd ColorScheme<CR>")
+    assert nv.lua("vim.json.encode(vim.api.nvim_get_hl(0, { name = 'CompleterGhost' }))")["ctermfg"] == 1
+
+
+def test_tab_right_after_a_ghost_is_taken_back_does_nothing(nvim_session):
+    """A reply that takes back the ghost shown (here the server was switched off behind the
+    plugin's back, so it answers nothing, and a cursor move asks again while the ghost is still
+    drawn at its range): a <Tab> within accept_guard_ms (60 s here, so the test does not race a clock) neither
+    accepts nor falls through to the previous <Tab> mapping."""
+    nv = nvim_session
+    wait_ready(nv)
+    assert nv.lua("vim.json.encode(require('completer').config.accept_guard_ms)") == 300
+    nv.expr("execute(\"lua require('completer').config.accept_guard_ms = 60000\")")
+    ghost_after(nv, "GA<CR>    y = x + ")
+    off = "{ completer = { enable = false } }"
+    nv.expr(f"execute(\"lua local c = vim.lsp.get_clients({{ name = 'completer' }})[1]; c.settings = {off};"
+            f" c:notify('workspace/didChangeConfiguration', {{ settings = {off} }})\")")
+    nv.send("<Left>")
+    nv.wait(lambda: nv.lua("T.ghost()") == [], 30, "the reply to take the ghost back")
+    typed = nv.buffer()
+    nv.send("<Tab>Z")  # Z: input is processed in order, so once it is in, the Tab was handled
+    after = nv.wait(lambda: (b := nv.buffer()) != typed and b, 10, "the Z after the Tab")
+    assert after == typed[:-1] + "Z " and nv.lua("T.prev_tab()") == 0, after
+    nv.expr("execute(\"lua require('completer').config.accept_guard_ms = 0\")")
+    nv.send("<Tab>")  # no guard: no ghost, so the previous mapping runs
+    nv.wait(lambda: nv.buffer().endswith("ZT "), 10, "<Tab> to fall through once the guard is off")
 
 
 def test_partial_accept_takes_a_word_or_a_line(tmp_path):

@@ -12,6 +12,15 @@
 --- server (`workspace/didChangeConfiguration` `{completer = {enable = ...}}`), which then
 --- answers any request empty, without a restart or a model reload.
 ---
+--- Ghost text is drawn with the plugin's own `CompleterGhost` highlight (grey and italic, with
+--- a cterm colour for 256-colour terminals such as tmux's default, where `ComplHint` → `NonText`
+--- has only a GUI colour): it stands in for `ComplHint` in windows showing an attached buffer
+--- ('winhighlight'). A `CompleterGhost` the user or a colour scheme defines wins, as does
+--- `highlight` in `setup()`.
+---
+--- A ghost the user saw that a reply takes back (replaced by nothing, or by text that does not
+--- extend it) makes the accept keys do nothing for `accept_guard_ms`: the press was meant for it.
+---
 --- Feedback: every item the server returns gets a client-side command (`completer.accepted`)
 --- that Neovim runs after inserting it, so a plain `vim.lsp.inline_completion.get()` reports the
 --- accept too. An item that came back and was replaced by the next request (or dropped on
@@ -62,6 +71,9 @@ M.defaults = {
     prev = '<M-[>',
   },
   progress = true, -- echo model-loading progress ($/progress) in the message area
+  -- CompleterGhost's attributes (nvim_set_hl); a definition of the group elsewhere wins.
+  highlight = { fg = '#808080', ctermfg = 244, italic = true, cterm = { italic = true } },
+  accept_guard_ms = 300, -- accept keys do nothing this long after a shown ghost is taken back
   disabled_filetypes = {}, -- filetypes attached but with completions off (`:Completer enable filetype`)
 }
 
@@ -98,6 +110,36 @@ local function reject_pending(notify, uri)
   end
 end
 
+--- The ghost text shown in `bufnr` (lines joined by newlines), or nil.
+local function ghost_shown(bufnr)
+  local ns = api.nvim_get_namespaces()['nvim.lsp.inline_completion']
+  if not ns or not api.nvim_buf_is_valid(bufnr) then
+    return nil
+  end
+  for _, m in ipairs(api.nvim_buf_get_extmarks(bufnr, ns, 0, -1, { details = true })) do
+    local lines = {}
+    for _, vl in ipairs({ m[4].virt_text or {}, unpack(m[4].virt_lines or {}) }) do
+      local l = {}
+      for _, chunk in ipairs(vl) do
+        table.insert(l, chunk[1])
+      end
+      table.insert(lines, table.concat(l))
+    end
+    local text = table.concat(lines, '\n')
+    if text ~= '' then
+      return text
+    end
+  end
+  return nil
+end
+
+--- When a shown ghost was last taken back, per buffer (vim.uv.now() ms).
+local withdrawn = {} ---@type table<integer, integer>
+
+local function guarded(bufnr)
+  return withdrawn[bufnr] ~= nil and vim.uv.now() - withdrawn[bufnr] < M.config.accept_guard_ms
+end
+
 local function client_notify(client)
   return function(method, params)
     return client:notify(method, params)
@@ -124,6 +166,8 @@ local function wrap_rpc(rpc)
     local uri = params.textDocument.uri
     reject_pending(rpc.notify, uri)
     return request(method, params, function(err, result)
+      local bufnr = vim.uri_to_bufnr(uri)
+      local before = ghost_shown(bufnr)
       if not err and result then
         local items = result.items or result
         for _, item in ipairs(items) do
@@ -139,7 +183,11 @@ local function wrap_rpc(rpc)
           M.counters.offered = M.counters.offered + 1
         end
       end
-      callback(err, result)
+      callback(err, result) -- Neovim's handler shows the reply's ghost (or none) right away
+      local after = ghost_shown(bufnr)
+      if before and (not after or after:sub(1, #before) ~= before) then
+        withdrawn[bufnr] = vim.uv.now()
+      end
     end, notify_reply_callback)
   end
   return rpc
@@ -424,6 +472,9 @@ local function map_keys(bufnr)
       previous[bufnr][lhs] = prev
     end
     vim.keymap.set('i', lhs, function()
+      if guarded(bufnr) then
+        return -- a ghost was just taken back: this press was meant for it
+      end
       if not fn() then
         fall_through(bufnr, lhs)
       end
@@ -467,8 +518,32 @@ end
 
 -- -- the LSP client ----------------------------------------------------------------------------
 
+local function define_highlight()
+  api.nvim_set_hl(0, 'CompleterGhost', vim.tbl_extend('force', M.config.highlight, { default = true }))
+end
+
+--- `win` draws ComplHint (Neovim's ghost text) as CompleterGhost, unless its 'winhighlight'
+--- already maps ComplHint.
+local function ghost_window(win)
+  local wh = vim.wo[win].winhighlight
+  if not wh:find('ComplHint:', 1, true) then
+    wh = (wh == '' and '' or wh .. ',') .. 'ComplHint:CompleterGhost'
+    api.nvim_set_option_value('winhighlight', wh, { scope = 'local', win = win })
+  end
+end
+
 local function create_autocmds()
   local group = api.nvim_create_augroup('completer', { clear = true })
+  define_highlight()
+  api.nvim_create_autocmd('ColorScheme', { group = group, callback = define_highlight })
+  api.nvim_create_autocmd('BufWinEnter', {
+    group = group,
+    callback = function(ev)
+      if get_client(ev.buf) then
+        ghost_window(api.nvim_get_current_win())
+      end
+    end,
+  })
   api.nvim_create_autocmd('LspProgress', { group = group, callback = on_progress })
   api.nvim_create_autocmd('InsertLeave', {
     group = group,
@@ -499,6 +574,9 @@ local function on_attach(client, bufnr)
     end)
   end
   map_keys(bufnr)
+  for _, win in ipairs(vim.fn.win_findbuf(bufnr)) do
+    ghost_window(win)
+  end
   refresh()
 end
 
