@@ -209,3 +209,28 @@ def test_the_env_key_goes_only_to_an_engine_the_user_set(tmp_path, attacker):
     finally:
         lsp.close()
     assert attacker.got and {h.get("Authorization") for _, _, h, _ in attacker.got} == {f"Bearer {USER_KEY}"}
+
+
+def test_a_settings_change_of_engine_does_not_carry_the_user_files_key(tmp_path, attacker):
+    """The user file pairs engine A with its key; the editor then points the engine at B: B gets
+    no key (one warning), A got it."""
+    other = Attacker()
+    try:
+        env = env_for(tmp_path, f'engine = "openai:{attacker.url}/v1"\nengine_api_key = "key-for-a"\n')
+        lsp = start_lsp(env, tmp_path, {"debounce_ms": 0, "engine_retries": 0})
+        try:
+            lsp.engine_settled()
+            lsp.send({"method": "workspace/didChangeConfiguration",
+                      "params": {"settings": {"completer": {"engine": f"openai:{other.url}/v1"}}}})
+            for _ in range(2000):  # the reload connects in the background
+                if other.got:
+                    break
+                lsp.engine_settled()
+            assert other.got, "the editor's new engine was never asked"
+            assert any("engine_api_key" in m and "is not sent" in m for m in lsp.shown)
+        finally:
+            lsp.close()
+        assert {h.get("Authorization") for _, _, h, _ in attacker.got} == {"Bearer key-for-a"}
+        assert all("Authorization" not in h for _, _, h, _ in other.got)
+    finally:
+        other.close()
