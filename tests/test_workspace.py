@@ -357,3 +357,23 @@ def test_a_document_nobody_indexed_and_one_outside(tmp_path):
         ("pkg/util.py", "def join_url(base, path):")]
     outside = tmp_path.parent / "elsewhere.py"
     assert ix.retrieve(outside, "join_url(", 9, 500) == []  # not in the workspace: nothing to resolve through
+
+
+def test_a_file_that_changes_while_it_is_read(tmp_path, monkeypatch):
+    import completer.workspace.index as index_module
+
+    write(tmp_path, {"m.py": "def old(): pass\n"})
+    real = index_module.read_source
+    calls = []
+
+    def racing(path, max_bytes):
+        text = real(path, max_bytes)
+        if not calls:  # a writer saves while the first read is under way
+            path.write_text("def new(): pass\n")
+            os.utime(path, ns=(1, 1))
+        calls.append(text)
+        return text
+
+    monkeypatch.setattr(index_module, "read_source", racing)
+    ix = index(tmp_path)
+    assert [d.name for d in ix._outlines["m.py"].definitions] == ["new"] and len(calls) == 2

@@ -15,6 +15,7 @@ from ..syntax.lang import query
 CONTAINERS = frozenset({"class", "struct", "interface", "trait", "enum", "impl"})
 MAX_LINE = 200  # a field's or variable's line is cut here: a long literal says nothing about its use
 MAX_DEFINITIONS = 2000  # per file: a generated table of constants is not worth more
+QUERY_SPAN = 8192  # bytes one query call covers (see _matches)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +76,41 @@ def _text(snap: Snapshot, n: Node) -> str:
     return snap.source[n.start_byte:n.end_byte].decode("utf-8", "replace")
 
 
-def _matches(snap: Snapshot, name: str):
+def _matches(snap: Snapshot, name: str) -> list[tuple[int, dict[str, list[Node]]]]:
+    """Matches of query `name` over the file, QUERY_SPAN bytes per call: a call holds the GIL
+    (30 ms for a 100 KB file here), between calls the language server's thread can run."""
     q = query(snap.language, name)
-    return [] if q is None else QueryCursor(q).matches(snap.tree.root_node)
+    if q is None:
+        return []
+    out, seen = [], set()
+    root = snap.tree.root_node
+    for lo, hi in _spans(root, QUERY_SPAN):
+        qc = QueryCursor(q)
+        qc.set_byte_range(lo, hi)
+        for pattern, caps in qc.matches(root):
+            key = (pattern, tuple(n.id for ns in caps.values() for n in ns))
+            if key not in seen:  # a node across two spans is matched in both
+                seen.add(key)
+                out.append((pattern, caps))
+    return out
+
+
+def _spans(node: Node, limit: int) -> list[tuple[int, int]]:
+    """Contiguous byte ranges covering `node`, cut at child boundaries, each at most `limit`
+    bytes unless one leaf is larger."""
+    out, lo = [], node.start_byte
+    for c in node.children:
+        if c.end_byte - lo <= limit:
+            continue
+        if c.start_byte > lo:
+            out.append((lo, c.start_byte))
+            lo = c.start_byte
+        if c.end_byte - c.start_byte > limit and c.child_count:
+            out += _spans(c, limit)
+            lo = c.end_byte
+    if node.end_byte > lo:
+        out.append((lo, node.end_byte))
+    return out
 
 
 # -- definitions ----------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from .similar import Windows, prompt_lines, query_words, ranked, repeats
 FALLBACK_FILES = 16   # a name defined in more files than this is too ambiguous to guess from
 FALLBACK_TAKE = 2     # files a fallback may draw definitions from
 MAX_CANDIDATES = 32   # definitions rendered per retrieval (bounds its time)
-MIN_SIMILARITY = 0.1  # a window sharing less than this with the cursor's lines is noise
+MIN_SIMILARITY = 0.2  # below this a window is noise: on httpx at 512 tokens, 0.1 → 0.2 raised precision 0.19 → 0.30, recall unchanged
 RENDER_MEMO = 4096
 
 
