@@ -377,3 +377,10 @@ def test_a_file_that_changes_while_it_is_read(tmp_path, monkeypatch):
     monkeypatch.setattr(index_module, "read_source", racing)
     ix = index(tmp_path)
     assert [d.name for d in ix._outlines["m.py"].definitions] == ["new"] and len(calls) == 2
+
+
+def test_names_after_a_long_docstring(tmp_path):
+    doc = "".join(f"    line {i}: don't (stop) here\n" for i in range(120))
+    ix = index(tmp_path, {**PY, "pkg/main.py": f'from .util import join_url\ndef f(a):\n    """Doc.\n{doc}    """\n'
+                          "    return join_url(‸"})
+    assert shown(at(ix, "pkg/main.py"))[0] == ("pkg/util.py", "def join_url(base, path):")

@@ -62,7 +62,12 @@ def _body_start(text: str, offset: int, line: int, outline: Outline | None) -> i
         pos = text.rfind("\n", 0, pos)
         if pos < 0:
             return 0
-    return pos + 1
+    start = pos + 1
+    for q in ('"""', "'''"):  # a window opening inside a docstring would read its end as an opening
+        if text.count(q, 0, start) % 2:
+            end = text.find(q, start, offset)
+            start = end + 3 if end >= 0 else offset
+    return start
 
 
 def _open_calls(masked: str) -> list[list[str]]:
