@@ -7,6 +7,7 @@ msgpack, both directions, and the page's own node tests."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -160,11 +161,9 @@ class Cdp:
         self._conn.__exit__(None, None, None)
 
 
-@pytest.fixture
-def chromium(tmp_path):
-    if CHROMIUM is None:
-        missing("chromium not installed (apt-get install -y chromium)")
-    profile = tmp_path / "profile"
+@contextlib.contextmanager
+def chromium_page(profile: Path):
+    """Headless Chromium with a fresh profile → a DevTools client on its page."""
     proc = subprocess.Popen(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-extensions",
@@ -190,9 +189,16 @@ def chromium(tmp_path):
 
 
 @pytest.fixture
-def static_site(tmp_path):
-    """The page's folder over HTTP, after `npm run build` (esbuild: dist/editor.js)."""
-    needs_node_modules()
+def chromium(tmp_path):
+    if CHROMIUM is None:
+        missing("chromium not installed (apt-get install -y chromium)")
+    with chromium_page(tmp_path / "profile") as cdp:
+        yield cdp
+
+
+@contextlib.contextmanager
+def page_site():
+    """The page's folder over HTTP, after `npm run build` (esbuild: dist/editor.js) → its base URL."""
     r = subprocess.run(["npm", "run", "build"], cwd=WEB, capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0, r.stdout + r.stderr
     port = free_port()
@@ -205,6 +211,13 @@ def static_site(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.fixture
+def static_site():
+    needs_node_modules()
+    with page_site() as base:
+        yield base
 
 
 @pytest.fixture
