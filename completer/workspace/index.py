@@ -59,7 +59,9 @@ class WorkspaceIndex:
         self._names: dict[str, set[str]] = {}     # a definition's name → files defining it
         self._lru: OrderedDict[str, None] = OrderedDict()  # eviction order, least recent first
         self._live: set[str] = set()              # paths whose text is the editor's, not the disk's
-        self._recent: OrderedDict[str, tuple[int, list[str], Windows]] = OrderedDict()
+        # recently edited and viewed files, most recent last: path → (text, its lines and windows once
+        # a retrieval needed them; not at each keystroke)
+        self._recent: OrderedDict[str, tuple[str, tuple[list[str], Windows] | None]] = OrderedDict()
         self._pending: OrderedDict[str, str | None] = OrderedDict()
         self._tokens: OrderedDict[str, int] = OrderedDict()  # text → tokens (see _count)
         self._renders: OrderedDict = OrderedDict()  # see View.render
@@ -141,8 +143,7 @@ class WorkspaceIndex:
             self._index(rel, text)  # the first completion in a file nobody indexed yet: its imports are needed
         with self._lock:
             view = View(self._outlines, Resolver(self._outlines, self._dirs, self._py, self.root, self.go_module),
-                        self._names, [(p, lines, wins) for p, (_, lines, wins) in reversed(self._recent.items())],
-                        self._renders)
+                        self._names, self._recent_windows(rel), self._renders)
             return retrieve(view, rel, text, offset, budget, self._count, self.options.cross_file_max_files)
 
     def _count(self, text: str) -> int:
@@ -246,6 +247,8 @@ class WorkspaceIndex:
                 return
         elif len(text) > self.max_bytes:
             return
+        else:
+            self._windows(rel, text)
         with self._lock:
             old = self._outlines.get(rel)
             if old is not None and old.stamp == hash(text):
@@ -299,15 +302,41 @@ class WorkspaceIndex:
     def _remember(self, rel: str, text: str) -> None:
         if len(text) > self.max_bytes:
             return
-        h = hash(text)
         old = self._recent.pop(rel, None)
-        if old is not None and old[0] == h:
-            self._recent[rel] = old
-        else:
-            lines = text.split("\n")
-            self._recent[rel] = (h, lines, windows(lines))
+        self._recent[rel] = old if old is not None and old[0] == text else (text, None)
         while len(self._recent) > RECENT_FILES:
             self._recent.popitem(last=False)
+
+    def _windows(self, rel: str, text: str) -> None:
+        """A recent file's windows, computed where files are indexed (the builder thread), so
+        that neither a keystroke nor a retrieval pays for them."""
+        with self._lock:
+            entry = self._recent.get(rel)
+            if entry is None or entry[1] is not None or entry[0] != text:
+                return
+        lines = text.split("\n")
+        done = (lines, windows(lines))
+        with self._lock:
+            entry = self._recent.get(rel)
+            if entry is not None and entry[1] is None and entry[0] == text:
+                self._recent[rel] = (text, done)
+
+    def _recent_windows(self, doc: str) -> list[tuple[str, list[str], Windows]]:
+        """(path, lines, windows) of the recent files other than `doc`, most recent first, at
+        most cross_file_max_files of them."""
+        out = []
+        for rel in reversed(self._recent):
+            if len(out) >= self.options.cross_file_max_files:
+                break
+            if rel == doc:
+                continue
+            text, done = self._recent[rel]
+            if done is None:
+                lines = text.split("\n")
+                done = (lines, windows(lines))
+                self._recent[rel] = (text, done)
+            out.append((rel, *done))
+        return out
 
 
 def _parse(text: str, language: str | None) -> Snapshot:

@@ -49,7 +49,7 @@ class View:
     outlines: Mapping[str, Outline]
     resolver: Resolver
     names: Mapping[str, set[str]]                  # name → files defining it
-    recent: list[tuple[str, list[str], Windows]]  # (path, lines, windows), most recent first
+    recent: list[tuple[str, list[str], Windows]]  # (path, lines, windows) of recent other files, most recent first
     renders: OrderedDict  # (path, outline stamp, index, form) → render(): the same classes come back each keystroke
 
     def render(self, path: str, i: int, form: str) -> tuple[str, int, int]:
@@ -97,7 +97,7 @@ def retrieve(view: View, doc_path: str, text: str, offset: int, budget: int,
                 break  # what it shows is chosen already (a method, then its class)
             if fits(path, body) and take(Snippet("definition", path, s, e, body, count_tokens(body + "\n"))):
                 break
-    _similar(view, doc_path, text, offset, budget - used, max_files, picked, fits, take, count_tokens)
+    _similar(view, text, offset, budget - used, picked, fits, take, count_tokens)
     return picked
 
 
@@ -145,7 +145,7 @@ def _fallback(view: View, doc_path: str, name: str, near: set[str]) -> list[Targ
     return out
 
 
-def _similar(view: View, doc_path: str, text: str, offset: int, room: int, max_files: int, picked: list[Snippet],
+def _similar(view: View, text: str, offset: int, room: int, picked: list[Snippet],
              fits: Callable[[str, str], bool], take: Callable[[Snippet], bool],
              count_tokens: Callable[[str], int]) -> None:
     if room <= 0 or not view.recent:
@@ -155,9 +155,7 @@ def _similar(view: View, doc_path: str, text: str, offset: int, room: int, max_f
         return
     held = prompt_lines(text, offset)
     scored = []
-    for rank, (path, lines, wins) in enumerate(view.recent[:max_files]):
-        if path == doc_path:
-            continue
+    for rank, (path, lines, wins) in enumerate(view.recent):
         scored += [(-score, rank, w.start_line, path, lines, w) for score, w in ranked(q, wins, MIN_SIMILARITY)]
     scored.sort(key=lambda t: t[:4])
     misses = 0
