@@ -12,7 +12,7 @@ import {
   LanguageClient, LanguageClientOptions, ServerOptions, State, TransportKind,
   WorkDoneProgress, WorkDoneProgressCreateRequest,
 } from "vscode-languageclient/node";
-import { FeedbackParams, FeedbackTracker, textAfterCursor } from "./feedback";
+import { ACCEPT_GUARD_MS, FeedbackParams, FeedbackTracker, isWithdrawal, textAfterCursor } from "./feedback";
 import { InitOptions, OPTIONS, reloads, settingsChange, toInitializationOptions } from "./options";
 import { StatusModel } from "./status";
 import { MenuAction, SwitchState, allowed, menuItems, offReason } from "./switches";
@@ -47,6 +47,16 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   item.command = "completer.menu";
   const status = new StatusModel();
   const tracker = new FeedbackTracker();
+  // After a reply takes back a ghost the user saw, the accept keys are bound to a no-op for
+  // ACCEPT_GUARD_MS (context key completer.acceptHeld, package.json keybindings): the press was
+  // meant for the ghost that went away, so it must neither accept another text nor indent.
+  let held: ReturnType<typeof setTimeout> | undefined;
+  const holdAcceptKeys = () => {
+    clearTimeout(held);
+    void vscode.commands.executeCommand("setContext", "completer.acceptHeld", true);
+    held = setTimeout(() => void vscode.commands.executeCommand("setContext", "completer.acceptHeld", false),
+                      ACCEPT_GUARD_MS);
+  };
   let sent: InitOptions = {}; // the options the running server has
   let snoozedUntil: number | undefined;
   let snoozeTimer: NodeJS.Timeout | undefined;
@@ -84,10 +94,17 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
         async provideInlineCompletionItems(document, position, ctx, token, next) {
           if (!allowed(switchState(snoozedUntil, document.languageId))) return null;
           const uri = document.uri.toString();
+          const shown = tracker.shown(uri);
           sendFeedback(tracker.beforeRequest(uri));
           const result = await next(document, position, ctx, token);
+          const items = !result ? [] : Array.isArray(result) ? result : result.items;
+          const first = items[0];
+          const nextText = first === undefined ? "" : textAfterCursor(
+            typeof first.insertText === "string" ? first.insertText : first.insertText?.value ?? "",
+            first.range && first.range.start.isBefore(position)
+              ? document.getText(new vscode.Range(first.range.start, position)) : "");
+          if (!token.isCancellationRequested && isWithdrawal(shown, nextText)) holdAcceptKeys();
           if (!result) return result;
-          const items = Array.isArray(result) ? result : result.items;
           items.forEach((it, i) => {
             const insert = typeof it.insertText === "string" ? it.insertText : it.insertText?.value ?? "";
             const typed = it.range && it.range.start.isBefore(position)
@@ -210,6 +227,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       const m = minutes ?? Number(await vscode.window.showInputBox({ prompt: "Snooze completions for how many minutes?", value: "30" }));
       if (Number.isFinite(m) && m >= 0) snooze(m);
     }),
+    vscode.commands.registerCommand("completer.held", () => undefined),
     vscode.commands.registerCommand("completer.trigger", () => vscode.commands.executeCommand("editor.action.inlineSuggest.trigger")),
     vscode.commands.registerCommand("completer.acceptWord", () => vscode.commands.executeCommand("editor.action.inlineSuggest.acceptNextWord")),
     vscode.commands.registerCommand("completer.acceptLine", () => vscode.commands.executeCommand("editor.action.inlineSuggest.acceptNextLine")),

@@ -8,7 +8,21 @@
  *  - the next request for the same document, or the document closes → if the edits made since
  *    inserted a prefix of the item at its position (word/line partial accept, or typing it
  *    through), accepted with acceptedChars = that prefix's length; else rejected.
+ * A reply that takes back what is still shown of the pending item is a withdrawal
+ * (`isWithdrawal`): the extension then holds the accept keys for a moment.
  */
+
+/** How long the accept keys do nothing after a shown ghost was taken back (ms). */
+export const ACCEPT_GUARD_MS = 300;
+
+/**
+ * True when a reply replacing the ghost `shown` (undefined: none was shown) by `next` ("" for
+ * none) takes back something the user saw: the new text does not continue it. The user's Tab,
+ * meant for the old ghost, must then do nothing for ACCEPT_GUARD_MS.
+ */
+export function isWithdrawal(shown: string | undefined, next: string): boolean {
+  return Boolean(shown) && !(next.length > 0 && next.startsWith(shown as string));
+}
 
 export interface FeedbackParams {
   uri: string;
@@ -75,6 +89,13 @@ export class FeedbackTracker {
         return;
       }
     }
+  }
+
+  /** What VS Code still shows of the item pending for `uri`: the rest after a typed-through
+   *  (or partly accepted) prefix; undefined when none is pending or an edit diverged from it. */
+  shown(uri: string): string | undefined {
+    const p = this.pending.get(uri);
+    return p && !p.frozen && p.taken < p.text.length ? p.text.slice(p.taken) : undefined;
   }
 
   /** The document closed: resolve what was offered in it. */

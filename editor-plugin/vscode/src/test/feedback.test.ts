@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { FeedbackTracker, textAfterCursor } from "../feedback";
+import { FeedbackTracker, isWithdrawal, textAfterCursor } from "../feedback";
 
 const U = "file:///w/a.py";
 
@@ -68,4 +68,18 @@ test("text after the cursor drops what the range repeats", () => {
   assert.equal(textAfterCursor("return a + b", "ret"), "urn a + b");
   assert.equal(textAfterCursor("a + b", ""), "a + b");
   assert.equal(textAfterCursor("other", "xy"), "other");
+});
+
+test("a reply that does not continue what is still shown is a withdrawal", () => {
+  const t = new FeedbackTracker();
+  t.offered(U, "get_name, 'a', '", 10);
+  t.changed(U, [{ offset: 10, length: 0, text: "get" }]); // typed through: "_name, 'a', '" still shown
+  assert.equal(t.shown(U), "_name, 'a', '");
+  assert.equal(isWithdrawal(t.shown(U), "_name"), true, "shorter: taken back");
+  assert.equal(isWithdrawal(t.shown(U), ""), true, "nothing: taken back");
+  assert.equal(isWithdrawal(t.shown(U), "_name, 'a', 'b')"), false, "continued");
+  t.changed(U, [{ offset: 13, length: 0, text: "x" }]); // diverged: VS Code hid it already
+  assert.equal(t.shown(U), undefined);
+  assert.equal(isWithdrawal(t.shown(U), ""), false);
+  assert.equal(isWithdrawal(undefined, "x"), false);
 });
