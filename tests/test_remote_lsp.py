@@ -31,6 +31,9 @@ SOURCE = "\n".join(_DOCUMENTS[_DOCUMENTS.index('"""', 3) + 4:].split("\n")[:60])
 # Every test here needs llama-server: without one they skip (fail under CI) before the `client`
 # fixture starts a language server (llama_bin is session-scoped, so it is set up first).
 pytestmark = pytest.mark.usefixtures("llama_bin")
+# An open list the model keeps extending: a long stream to cut (a request alone generates 150-300 tokens
+# here with stop_degenerate off, where a new `def main():` body ends after a few).
+LONG = SOURCE + "\n\nPRIMES = [\n    2,\n    3,\n    5,\n    7,\n    "
 HOLES = [(i, m.end()) for i, ln in enumerate(SOURCE.split("\n"))  # (line, column): the rest of the line goes
          for m in [re.search(r"(= |return |\()", ln)] if m]
 
@@ -105,9 +108,8 @@ async def test_holes_complete_and_the_stop_saves_tokens(client: LanguageClient, 
 
 @pytest.mark.asyncio
 async def test_a_keystroke_cancels_the_older_request(client: LanguageClient, llama):  # noqa: F811
-    # a new block, degenerate output allowed: one request alone generates for a while here
     await _start(client, llama.url, max_new_tokens=300, stop_degenerate=False)
-    text = SOURCE + "\n\ndef main():\n    "
+    text = LONG
     line, col = text.count("\n"), 4
     _open(client, "file:///tmp/alone.py", text)
     before = llama.predicted_total()
@@ -132,7 +134,7 @@ async def test_server_killed_mid_stream_then_back(client: LanguageClient, llama_
     try:
         await _start(client, s.url, max_new_tokens=400)
         uri = "file:///tmp/killed.py"
-        text = SOURCE + "\n\ndef main():\n    "
+        text = LONG
         line, col = text.count("\n"), 4
         _open(client, uri, text)
         pending = asyncio.ensure_future(_complete(client, uri, line, col))
