@@ -9,6 +9,7 @@ import http.client
 import json
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import msgpack
@@ -184,3 +185,118 @@ def call_with_headers(server: str, body: dict) -> tuple[int, dict, dict]:
             return r.status, dict(r.headers), json.load(r)
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), json.load(e)
+
+
+# -- what OpenAI clients send (Continue, Tabby, openai-node, the openai package) ---------------------
+def test_fim_clients_stops_and_a_prompt_list_of_one(server):
+    stops = ["\n\n", "<|endoftext|>", "<file_sep>", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "```",
+             "\nclass ", "\ndef ", "\n#", "<|fim_pad|>", "<|repo_name|>", "\nif ", "\nprint", "//", "/*"]
+    body = {"prompt": "import os\nimport sys\n", "max_tokens": 16, "stop": stops}
+    status, plain = call(server, "/v1/completions", body)
+    assert status == 200, plain
+    status, listed = call(server, "/v1/completions", {**body, "prompt": [body["prompt"]]})
+    assert status == 200 and listed["choices"][0]["text"] == plain["choices"][0]["text"]
+    assert is_error(*call(server, "/v1/completions", {**body, "stop": stops + ["x"]}), 400, "bad_request")
+    assert is_error(*call(server, "/v1/completions", {**body, "prompt": [1, 2, 3]}), 400, "bad_request")
+    assert is_error(*call(server, "/v1/completions", {**body, "prompt": []}), 400, "bad_request")
+
+
+def test_temperature_and_top_p_apply_to_the_request(server):
+    body = {"prompt": "def main():\n    ", "max_tokens": 24}
+    greedy = {call(server, "/v1/completions", {**body, "temperature": 0, "user": f"g{i}"})[1]["choices"][0]["text"]
+              for i in range(2)}
+    assert len(greedy) == 1
+    sampled = {call(server, "/v1/completions", {**body, "temperature": 1.5, "user": f"s{i}"})[1]["choices"][0]["text"]
+               for i in range(4)}
+    assert sampled - greedy  # sampled: not the greedy text every time
+    # top-p this small keeps only the most likely token: greedy again, through rejection sampling
+    narrow = {call(server, "/v1/completions", {**body, "temperature": 1.5, "top_p": 1e-6,
+                                               "user": f"n{i}"})[1]["choices"][0]["text"] for i in range(2)}
+    assert narrow == greedy
+
+
+def test_usage_of_a_stream_and_of_a_type_through_answer(server):
+    body = {"prompt": "import os\nimport sys\n", "max_tokens": 16}
+    status, plain = call(server, "/v1/completions", {**body, "user": "usage-a"})
+    assert status == 200 and plain["usage"]["completion_tokens"] > 0
+    events = stream(server, {**body, "user": "usage-b", "stream_options": {"include_usage": True}})
+    assert events[-1] == "[DONE]" and events[-2]["choices"] == [] and events[-2]["usage"] == plain["usage"]
+    assert all("usage" not in e for e in events[:-2])
+    assert "usage" not in stream(server, {**body, "user": "usage-c"})[-2]  # only when asked for
+    text = plain["choices"][0]["text"]
+    status, r = call(server, "/v1/completions", {**body, "prompt": body["prompt"] + text[:3], "user": "usage-a"})
+    assert status == 200 and r["choices"][0]["text"] == text[3:]  # typed through: served without the model
+    u = r["usage"]
+    assert u["prompt_tokens"] > plain["usage"]["prompt_tokens"] // 2 and u["completion_tokens"] > 0
+    assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
+
+
+def test_preflight_allows_the_headers_asked_for_and_a_model_by_id(server):
+    conn = http.client.HTTPConnection(*server.split(":"), timeout=30)
+    asked = "authorization, content-type, x-stainless-lang, x-stainless-retry-count, x-stainless-timeout"
+    conn.request("OPTIONS", "/v1/completions", headers={"Origin": "http://localhost:5173",
+                                                       "Access-Control-Request-Method": "POST",
+                                                       "Access-Control-Request-Headers": asked})
+    r = conn.getresponse()
+    allowed = {h.strip().lower() for h in r.getheader("Access-Control-Allow-Headers").split(",")}
+    assert r.status == 204 and {h.strip() for h in asked.split(",")} <= allowed
+    conn.close()
+    model = call(server, "/v1/models")[1]["data"][0]
+    status, got = call(server, "/v1/models/" + urllib.parse.quote(model["id"], safe=""))
+    assert status == 200 and got == model
+    assert is_error(*call(server, "/v1/models/gpt-4"), 404, "model_not_found")
+
+
+def test_a_superseded_request_says_so(server):
+    """A newer request with the same `user` supersedes an older one: the older one's stream ends
+    with a "superseded" error event; a plain one is 409, marked not to be retried."""
+    long = {"prompt": "import os\nimport sys\n", "max_tokens": 256, "user": "sup"}
+    conn = http.client.HTTPConnection(*server.split(":"), timeout=120)
+    conn.request("POST", "/v1/completions", json.dumps({**long, "stream": True}), AUTH)
+    r = conn.getresponse()
+    assert next(line for line in r if line.startswith(b"data: "))  # generating (256 tokens: about a second)
+    assert call(server, "/v1/completions", {"prompt": "x = ", "max_tokens": 4, "user": "sup"})[0] == 200
+    events = [json.loads(line[6:]) for line in r if line.startswith(b"data: ") and line.strip() != b"data: [DONE]"]
+    conn.close()
+    assert events[-1]["error"]["code"] == "superseded"
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        older = pool.submit(call_with_headers, server, long)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not older.done() and not live(server):
+            time.sleep(0.01)
+        assert call(server, "/v1/completions", {"prompt": "x = ", "max_tokens": 4, "user": "sup"})[0] == 200
+        status, headers, body = older.result()
+    assert is_error(status, body, 409, "superseded") and headers["x-should-retry"] == "false"
+
+
+def live(server: str) -> bool:
+    with urllib.request.urlopen(urllib.request.Request(f"http://{server}/metrics", headers=AUTH)) as r:
+        return metric(r.read().decode(), "completer_engine_queue_live") > 0
+
+
+def test_lone_surrogates_are_replaced_not_a_500(server):
+    raw = b'{"prompt": "s = \'\\ud83d", "suffix": "\\ude00\'\\n", "max_tokens": 4, "stop": ["\\ud83d"], "user": "\\udc00"}'
+    status, r = call(server, "/v1/completions", raw=raw)
+    assert status == 200 and r["object"] == "text_completion", r
+    events = stream(server, json.loads(raw))
+    assert events[-1] == "[DONE]"
+
+
+def test_the_openai_client(server):
+    import openai
+
+    client = openai.OpenAI(base_url=f"http://{server}/v1", api_key=TOKEN, max_retries=0)
+    mid = client.models.list().data[0].id
+    assert client.models.retrieve(mid).id == mid
+    stops = ["\n\n", "<|endoftext|>", "<file_sep>", "```", "\nclass ", "\ndef ", "\n#", "\nif ", "\nprint"]
+    kw = {"model": mid, "prompt": [PREFIX], "suffix": SUFFIX, "max_tokens": 16, "temperature": 0, "stop": stops}
+    r = client.completions.create(**kw, user="oa-1")
+    assert r.choices[0].finish_reason in ("stop", "length") and r.usage.completion_tokens > 0
+    chunks = list(client.completions.create(**kw, user="oa-2", stream=True, stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == r.choices[0].text
+    assert chunks[-1].usage.completion_tokens == r.usage.completion_tokens
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=f"http://{server}/v1", api_key="wrong", max_retries=0).models.list()

@@ -103,6 +103,12 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, b'{"object": "error", "message": "The model `x` does not exist.", "code": 404}')
         elif mode == "hang":
             self.server.hang.wait(30)
+        elif mode == "superseded":  # our completer serve: a newer request with the same `user` took over
+            self._send(409, b'{"error": {"message": "superseded", "type": "invalid_request_error", "param": null, '
+                            b'"code": "superseded"}}', headers={"x-should-retry": "false"})
+        elif mode == "superseded_event":
+            self._send(200, sse(chunk("a"), {"error": {"message": "superseded", "code": "superseded"}}),
+                       "text/event-stream")
         elif mode in ENDLESS:
             self._endless(*ENDLESS[mode])
 
@@ -336,3 +342,17 @@ def test_a_websocket_server_that_never_stops_is_bounded(mode):
     finally:
         c.close()
         fake.close()
+
+
+@pytest.mark.parametrize("mode", ["superseded", "superseded_event"])
+def test_superseded_by_our_server_is_not_a_fault(fake, mode):
+    """completer serve answers a request a newer one for the same `user` superseded with 409 or an
+    error event "superseded": the OpenAI client returns it as superseded, and a warmup as done."""
+    c = clients(fake)["openai"]
+    c.warm_start()
+    fake.mode = mode
+    r = c.complete("x = ", "", doc_key="s.py")
+    assert r.stop_reason == "superseded" and r.text == ("a" if mode == "superseded_event" else "")
+    if mode == "superseded":  # a warmup is a plain request
+        assert c.warmup("x = ", "", doc_key="s.py") == 0
+    assert c.stats()["errors"] == 0

@@ -83,11 +83,18 @@ class Slot:
         return k
 
 
+RECORDS_MAX = 1024          # documents whose latest completion type-through remembers
+RECORDS_CHARS = 32 * 2**20  # characters of their prefixes and suffixes together (a /v1 request may
+#                             bring megabytes, and each `user` is a document: 1024 of them were ~4 GiB)
+RECORD_TTL_S = 600.0        # older records are dropped: typing through a completion takes seconds
+
+
 class Record:
     """A document's latest completion, in flight or done: what type-through serves from."""
 
     def __init__(self, prefix: str, suffix: str):
         self.prefix, self.suffix = prefix, suffix
+        self.size, self.t = len(prefix) + len(suffix), time.monotonic()
         self.text = ""       # decoded so far; the final (cut) text once done
         self.done = False
         self.ok = False      # finished on its own (not cancelled)
@@ -110,6 +117,45 @@ class Record:
         with self.cond:
             self.text, self.done, self.ok = text, done, ok
             self.cond.notify_all()
+
+
+class Records:
+    """The documents' latest Records, least recently written first, bounded by RECORDS_MAX,
+    RECORDS_CHARS and RECORD_TTL_S (the oldest go first). Guarded by the scheduler's lock."""
+
+    def __init__(self):
+        self.by_doc: OrderedDict[str, Record] = OrderedDict()
+        self.chars = 0
+
+    def get(self, doc: str) -> Record | None:
+        rec = self.by_doc.get(doc)
+        if rec is not None and time.monotonic() - rec.t > RECORD_TTL_S:
+            self.pop(doc)
+            return None
+        return rec
+
+    def put(self, doc: str, rec: Record) -> None:
+        self.pop(doc)
+        self.by_doc[doc] = rec
+        self.chars += rec.size
+        now = time.monotonic()
+        while self.by_doc:
+            oldest = next(iter(self.by_doc.values()))
+            if len(self.by_doc) <= RECORDS_MAX and self.chars <= RECORDS_CHARS and now - oldest.t <= RECORD_TTL_S:
+                break
+            self.pop(next(iter(self.by_doc)))
+
+    def pop(self, doc: str) -> None:
+        rec = self.by_doc.pop(doc, None)
+        if rec is not None:
+            self.chars -= rec.size
+
+    def clear(self) -> None:
+        self.by_doc.clear()
+        self.chars = 0
+
+    def __len__(self) -> int:
+        return len(self.by_doc)
 
 
 class _StopFlag:
@@ -159,7 +205,7 @@ class Engine:
         self.slot_bytes = sum(kv_reserve_bytes(m, self.ctx) for m in (self.pair.target, self.pair.draft)
                               if m is not None)
         self.slots: OrderedDict[str, Slot] = OrderedDict()  # LRU order; guarded by sched.cond
-        self.records: OrderedDict[str, Record] = OrderedDict()
+        self.records = Records()
         self.sched = Scheduler(SchedulerConfig(cfg.max_batch, cfg.batch_wait_ms, cfg.max_queue,
                                                cfg.batch_step_tokens), self._admit)
         self._stats_lock = threading.Lock()
@@ -197,7 +243,7 @@ class Engine:
     def forget(self, doc_key: str) -> bool:
         """The editor closed the document: free its slot unless a request is using it."""
         with self.sched.cond:
-            self.records.pop(doc_key, None)
+            self.records.pop(doc_key)
             if doc_key in self.sched.live or doc_key not in self.slots:
                 return False
             del self.slots[doc_key]
@@ -229,8 +275,8 @@ class Engine:
         return self.tok.decode(ids, skip_special_tokens=True)
 
     # -- generation --------------------------------------------------------------------------
-    def _drafter(self, slot: Slot, kind: str):
-        model = (ModelDrafter(Via(slot.draft, self.sched.batcher), self.sampling, self.gen)
+    def _drafter(self, slot: Slot, kind: str, sampling: Sampling):
+        model = (ModelDrafter(Via(slot.draft, self.sched.batcher), sampling, self.gen)
                  if slot.draft is not None and kind in ("combined", "model") else None)
         if kind == "model":
             return model
@@ -244,9 +290,10 @@ class Engine:
 
     def _generate(self, prompt: list[int], doc_key: str, max_new: int | None, drafter: str | None,
                   stop, cancel, on_tokens, record: Record | None,
-                  node_kind: str | None = None) -> tuple[list[int], GenStats, float]:
+                  node_kind: str | None = None, sampling: Sampling | None = None) -> tuple[list[int], GenStats, float]:
         """Run one generation under a scheduler ticket → (ids, stats, ms spent queued)."""
         max_new = max_new or self.cfg.max_new_tokens
+        sampling = sampling or self.sampling
         if not prompt:
             raise ModelError("empty prompt")
         if len(prompt) + 1 > self.ctx:
@@ -257,8 +304,8 @@ class Engine:
                 ids, st = [], GenStats(prompt_tokens=len(prompt), stop_reason="superseded")
             else:
                 slot: Slot = t.resource
-                d = self._drafter(slot, drafter or self.cfg.drafter)
-                ids, st = generate(Via(slot.target, self.sched.batcher), prompt, max_new, self.sampling,
+                d = self._drafter(slot, drafter or self.cfg.drafter, sampling)
+                ids, st = generate(Via(slot.target, self.sched.batcher), prompt, max_new, sampling,
                                    d, slot.k_for(node_kind) if d is not None else None, self.fim.eos, stop,
                                    _StopFlag(t.superseded, cancel, record), on_tokens, self.gen)
         finally:
@@ -283,11 +330,12 @@ class Engine:
                  max_new: int | None = None, stop_text: Callable[[str], int | None] | None = None,
                  cancel: threading.Event | None = None,
                  on_text: Callable[[str], None] | None = None, node_kind: str | None = None,
-                 language: str | None = None) -> Completion:
+                 language: str | None = None, sampling: Sampling | None = None) -> Completion:
         """Complete at the cursor between `prefix` and `suffix`. `stop_text(text)` returns the
         length to keep once the completion is finished (e.g. its syntax node closed), else None.
         `node_kind` (the syntax node at the cursor) keys the adaptive draft length.
-        `on_text` gets the text as it is verified (deltas; the final text may be shorter)."""
+        `on_text` gets the text as it is verified (deltas; the final text may be shorter).
+        `sampling`: this request's temperature and top-p (default: the engine's)."""
         t0 = time.perf_counter()
         old = self._newer_request(doc_key)
         typed = old.typed(prefix, suffix) if old is not None and self.cfg.type_through else None
@@ -298,10 +346,7 @@ class Engine:
         prompt = self.fim_prompt(prefix, suffix, max_new)
         rec = Record(prefix, suffix)
         with self.sched.cond:
-            self.records[doc_key] = rec
-            self.records.move_to_end(doc_key)
-            while len(self.records) > 1024:
-                self.records.popitem(last=False)
+            self.records.put(doc_key, rec)
         cut: list[int | None] = [None]
         out_ids: list[int] = []
 
@@ -321,7 +366,7 @@ class Engine:
 
         try:
             ids, st, queue_ms = self._generate(prompt, doc_key, max_new, None, stop, cancel, on_tokens, rec,
-                                               node_kind)
+                                               node_kind, sampling)
         except BaseException:
             rec.update(rec.text, done=True)
             raise
@@ -490,4 +535,5 @@ class Engine:
                 "target_weight_bytes": model_bytes(self.pair.target),
                 "draft_weight_bytes": model_bytes(self.pair.draft) if self.pair.draft is not None else 0,
                 "queue_waiting": waiting, "queue_live": live, "batch_steps": self.sched.batcher.steps,
-                "batched_calls": self.sched.batcher.batched_calls, **self.counters}
+                "batched_calls": self.sched.batcher.batched_calls, "records": len(self.records),
+                "record_chars": self.records.chars, **self.counters}

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from ..client import Completion, EngineError, StopText, prompt_budget
 from ..engine.prompt import FIM_FORMATS, render
-from .transport import Http, TokenMemo, follow
+from .transport import Http, Superseded, TokenMemo, follow
 
 DEFAULT_CTX = 2048      # when the server does not say (vLLM says max_model_len, llama-server n_ctx_train)
 CHARS_PER_TOKEN = 3.0   # token estimate when the server has no /tokenize: errs towards more tokens
@@ -162,7 +162,10 @@ class OpenAI:
         """A one-token request (servers refuse `max_tokens: 0`): the server's prefix cache keeps
         the prompt. Returns the prompt tokens the server reports (0 if it does not)."""
         self._ready()
-        r = self.http.json("POST", self.api + "/completions", self._body(prefix, suffix, doc_key, 1, False))
+        try:
+            r = self.http.json("POST", self.api + "/completions", self._body(prefix, suffix, doc_key, 1, False))
+        except Superseded:  # a completion for the document came meanwhile: it prefills anyway
+            return 0
         usage = r.get("usage") if isinstance(r, dict) and isinstance(r.get("usage"), dict) else {}
         self.counters["warmups"] += 1
         return int(usage.get("prompt_tokens") or 0)

@@ -38,6 +38,11 @@ def read_limit(max_new: int) -> int:
     return max_new + max(8, max_new // 4)
 
 
+class Superseded(Exception):
+    """Our `completer serve` said a newer request for the same document (`user`) took over: HTTP
+    409 or an error event with code "superseded". Not a fault: the caller's answer is obsolete."""
+
+
 class TokenMemo:
     """Token counts by text, least recently used dropped past TOKEN_MEMO; thread-safe."""
 
@@ -127,6 +132,8 @@ class Http:
             except (OSError, http.client.HTTPException):
                 raw = b""
             conn.close()
+            if resp.status == 409 and _error_code(raw) == "superseded":
+                raise Superseded
             self.counters["errors"] += 1
             raise self._status_error(resp, raw, path)
 
@@ -225,6 +232,8 @@ class Http:
             if not isinstance(event, dict):
                 raise self._malformed(path, data.encode())
             if "error" in event:
+                if isinstance(event["error"], dict) and event["error"].get("code") == "superseded":
+                    raise Superseded
                 raise self._server_error(event["error"], path)
             yield event
 
@@ -291,6 +300,15 @@ def _by_status(status: int, message: str, retry_after: float | None) -> EngineEr
     return EngineError(code="internal", message=message)
 
 
+def _error_code(raw: bytes) -> str | None:
+    """The `code` of an OpenAI-shaped error body, if it is one."""
+    try:
+        err = json.loads(raw).get("error")
+    except (ValueError, AttributeError):
+        return None
+    return err.get("code") if isinstance(err, dict) else None
+
+
 def _retry_after(value: str | None) -> float | None:
     """Retry-After in seconds (the HTTP-date form is rare for APIs and not parsed)."""
     try:
@@ -351,10 +369,10 @@ class _Watch:
 def follow(events: Iterator[dict], text_of: Callable[[dict], str], stop_text, on_text,
            cancel: threading.Event | None, t0: float,
            max_new: int) -> tuple[str, dict, str | None, float | None]:
-    """Read a completion stream: (text, last event, "stop" | "cancelled" | "length" | None, ttft_ms).
-    Stops reading (which closes the stream) as soon as `stop_text` fires, `cancel` is set, or
-    the server sent more text than `max_new` tokens can be (`read_limit`, MAX_TOKEN_CHARS: it
-    ignored the limit; "length"); `on_text` gets the deltas, never past the cut."""
+    """Read a completion stream: (text, last event, "stop" | "cancelled" | "length" | "superseded" |
+    None, ttft_ms). Stops reading (which closes the stream) as soon as `stop_text` fires, `cancel`
+    is set, or the server sent more text than `max_new` tokens can be (`read_limit`,
+    MAX_TOKEN_CHARS: it ignored the limit; "length"); `on_text` gets the deltas, never past the cut."""
     text, last, ttft, n = "", {}, None, 0
     limit = read_limit(max_new)
     try:
@@ -378,6 +396,8 @@ def follow(events: Iterator[dict], text_of: Callable[[dict], str], stop_text, on
                 on_text(delta)
             if cancel is not None and cancel.is_set():
                 break
+    except Superseded:
+        return text, last, "superseded", ttft
     finally:
         events.close()  # a generator left early closes its socket: the server stops generating
     return text, last, "cancelled" if cancel is not None and cancel.is_set() else None, ttft

@@ -5,26 +5,29 @@ OpenAI-compatible tools, on one host:port (aiohttp: HTTP and WebSocket on one se
   /v1/completions     OpenAI-compatible completions, /v1/models (openai.py)
   /metrics, /health   Prometheus text (metrics.py), readiness
 
-The event loop only parses, validates and sends; model work runs in worker threads (the engine's
-scheduler decides who runs). Every client mistake is answered with an error and the connection
-stays open; no exception of a handler reaches the server loop.
+The event loop only parses, validates and sends; model work runs in worker threads (workers.py:
+a pool sized to the cores, requests beyond it queued; the engine's scheduler decides who runs).
+Every client mistake is answered with an error and the connection stays open; no exception of a
+handler reaches the server loop. SIGINT/SIGTERM end it cleanly at any moment: generations are
+cancelled, each open answer ends with an error (an SSE stream with an error event), exit code 0.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
+import os
 import signal
 import sys
 import threading
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from .. import netguard, pipeline
 from ..client import Completion, EngineError
@@ -32,8 +35,9 @@ from ..config import ServeConfig
 from . import openai, protocol
 from .metrics import Metrics
 from .protocol import BadRequest, FrameError, Job, Refused, error, pack
+from .workers import Workers, pool_size
 
-WARMUPS_PER_CONNECTION = 2  # warmups in flight per connection; more are dropped (best effort)
+SHUTDOWN_S = 5.0  # on SIGINT/SIGTERM, how long answers in progress get to end (a cancelled generation stops within one step)
 
 
 @dataclass(eq=False)
@@ -45,7 +49,6 @@ class Conn:
     inflight: dict = field(default_factory=dict)   # request id → threading.Event (its cancel)
     docs: set = field(default_factory=set)         # documents it used: forgotten when it closes
     tasks: set = field(default_factory=set)        # its running completions
-    warming: int = 0
 
 
 class Service:
@@ -57,8 +60,11 @@ class Service:
         self.load_error: str | None = None
         self.model_info: dict = {}
         self.model_id = ""  # the id /v1 serves it as: the target as given
-        self.pool: ThreadPoolExecutor | None = None
-        self.workers = self.running = 0  # the pool's threads; completions holding one
+        self.workers: Workers | None = None
+        self.loader: threading.Thread | None = None  # loads the models (native code: see run())
+        self.stopping = False  # SIGINT/SIGTERM: what runs is cancelled, what waits is refused
+        self.cancels: set[threading.Event] = set()  # of the completions in progress
+        self.conns: set[Conn] = set()
         self.request_ms = 100.0  # moving average of a completion's time: the retry hint
         self.metrics = Metrics(lambda: self.engine.stats() if self.ready else None, lambda: self.ready)
         self.handlers = {"hello": self._hello, "ping": self._ping, "complete": self._complete,
@@ -70,8 +76,7 @@ class Service:
         """Load the models and warm them up (a worker thread; /health says 503 meanwhile)."""
         try:
             engine = self.make_engine()
-            self.workers = engine.cfg.max_queue + engine.cfg.max_batch + 4
-            self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="completer-work")
+            self.workers = Workers(pool_size(engine.cfg.max_batch), engine.cfg.max_queue)
             warm_ms = engine.warm_start()
             sample = "def load(path):\n    with open(path) as f:\n        return json.load(f)\n"
             self.model_info = {
@@ -90,16 +95,30 @@ class Service:
     def retry_after_ms(self) -> int:
         return max(50, round(self.request_ms))
 
+    def stop(self) -> None:
+        """SIGINT/SIGTERM: generations in progress are cancelled and queued requests refused; their
+        handlers answer with an error (an SSE stream: an error event) before the connections close."""
+        self.stopping = True
+        for cancel in list(self.cancels):
+            cancel.set()
+        if self.workers is not None:
+            self.workers.shutdown()
+
+    async def _going_away(self, app: web.Application) -> None:
+        """Shutdown: the WebSocket answers in progress end first (error frames), then each
+        connection closes with 1001."""
+        tasks = [t for conn in self.conns for t in conn.tasks]
+        if tasks:
+            await asyncio.wait(tasks, timeout=SHUTDOWN_S)
+        for conn in list(self.conns):
+            await conn.ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutting down")
+
     # -- one completion, for either endpoint -----------------------------------------------
     async def complete(self, job: Job, cancel: threading.Event, on_delta: Callable[[str], Awaitable[None]],
                        kind: str) -> tuple[Completion, bool]:
         """Run `job` in a worker thread, awaiting `on_delta(text)` for each streamed delta →
-        (the final completion, whether it was cancelled). Raises Refused; `cancel` is set when
-        this coroutine ends early (its caller went away)."""
-        if self.running >= self.workers:  # beyond what the engine's queue takes: refused at once
-            self.metrics.requests.labels(kind, "error").inc()
-            raise Refused("overloaded", f"{self.running} requests are running; try again later",
-                          self.retry_after_ms())
+        (the final completion, whether it was cancelled). Raises Refused (also when the server
+        stops meanwhile); `cancel` is set when this coroutine ends early (its caller went away)."""
         loop = asyncio.get_running_loop()
         deltas: asyncio.Queue = asyncio.Queue()
 
@@ -112,13 +131,24 @@ class Service:
             finally:
                 loop.call_soon_threadsafe(deltas.put_nowait, None)
 
-        fut = loop.run_in_executor(self.pool, work)
-        self.running += 1
-        fut.add_done_callback(self._worker_free)
+        self.cancels.add(cancel)
         try:
-            while (delta := await deltas.get()) is not None:
-                await on_delta(delta)
-            c = await fut
+            if self.stopping:
+                raise Refused("not_ready", "the server is shutting down")
+            fut = await self.workers.run(job.doc_key, work)
+            if fut is None:  # a newer request for the document took its place in the queue
+                c = Completion("", stop_reason="superseded")
+            else:
+                while (delta := await deltas.get()) is not None:
+                    await on_delta(delta)
+                c = await fut
+            if self.stopping and (cancel.is_set() or c.stop_reason == "cancelled"):
+                raise Refused("not_ready", "the server is shutting down; its answer was cut")
+        except Refused as e:
+            self.metrics.requests.labels(kind, "error").inc()
+            if e.code == "overloaded" and e.retry_after_ms is None:
+                e.retry_after_ms = self.retry_after_ms()
+            raise
         except EngineError as e:
             self.metrics.requests.labels(kind, "error").inc()
             raise self._refusal(e) from None
@@ -132,6 +162,8 @@ class Service:
         except BaseException:  # cancelled: the client went away
             cancel.set()
             raise
+        finally:
+            self.cancels.discard(cancel)
         cancelled = cancel.is_set() or c.stop_reason in ("cancelled", "superseded")
         type_through = bool(c.extra.get("type_through"))
         self.metrics.requests.labels(kind, "cancelled" if cancelled else "type_through" if type_through else "ok").inc()
@@ -140,9 +172,6 @@ class Service:
             self.request_ms = 0.9 * self.request_ms + 0.1 * c.total_ms
         return c, cancelled
 
-    def _worker_free(self, fut) -> None:
-        self.running -= 1
-
     def _run_engine(self, job: Job, cancel: threading.Event, on_text) -> Completion:
         """The syntax-aware pipeline when a language is given, else the plain engine (a worker thread)."""
         if job.language:
@@ -150,9 +179,16 @@ class Service:
                                         doc_key=job.doc_key,
                                         options=pipeline.CompletionOptions(max_new_tokens=job.max_new),
                                         cancel=cancel, on_text=on_text)
-        return self.engine.complete(job.prefix, job.suffix, doc_key=job.doc_key, max_new=job.max_new,
-                                    stop_text=protocol.stop_text(job.stop) if job.stop else None,
-                                    cancel=cancel, on_text=on_text, node_kind=job.node_kind)
+        base = self.engine.sampling
+        sampling = dataclasses.replace(base, temperature=base.temperature if job.temperature is None else job.temperature,
+                                       top_p=base.top_p if job.top_p is None else job.top_p)
+        c = self.engine.complete(job.prefix, job.suffix, doc_key=job.doc_key, max_new=job.max_new,
+                                 stop_text=protocol.stop_text(job.stop) if job.stop else None,
+                                 cancel=cancel, on_text=on_text, node_kind=job.node_kind, sampling=sampling)
+        if job.usage and c.extra.get("type_through"):  # served without the model: count what it stands for
+            c.prompt_tokens = len(self.engine.fim_prompt(job.prefix, job.suffix, job.max_new))
+            c.new_tokens = self.engine.count_tokens(c.text)
+        return c
 
     def _refusal(self, e: EngineError) -> Refused:
         """An engine's error as the service's answer."""
@@ -172,7 +208,9 @@ class Service:
         app.router.add_get("/ws", self.websocket)
         app.router.add_post("/v1/completions", functools.partial(openai.completions, self))
         app.router.add_get("/v1/models", functools.partial(openai.models, self))
+        app.router.add_get("/v1/models/{id:.+}", functools.partial(openai.model, self))
         app.on_response_prepare.append(_cors)
+        app.on_shutdown.append(self._going_away)
         return app
 
     def token(self, request: web.Request) -> bool | None:
@@ -194,8 +232,11 @@ class Service:
             msg = "origin not allowed (see --allow-origins)"
             return openai.error(403, msg, "origin_not_allowed") if api else web.Response(status=403, text=msg + "\n")
         if request.method == "OPTIONS" and api:  # a browser's CORS preflight (carries no token)
+            # the headers the page asks for (the origin passed above): openai-node adds x-stainless-*,
+            # and which ones changes with its version
+            asked = request.headers.get("Access-Control-Request-Headers") or "Authorization, Content-Type"
             return web.Response(status=204, headers={"Access-Control-Allow-Methods": "GET, POST, OPTIONS",
-                                                     "Access-Control-Allow-Headers": "Authorization, Content-Type",
+                                                     "Access-Control-Allow-Headers": asked,
                                                      "Access-Control-Max-Age": "600"})
         try:
             return await handler(request)
@@ -228,6 +269,7 @@ class Service:
             return web.Response(status=426, text="expected a WebSocket upgrade\n", headers={"Upgrade": "websocket"})
         await ws.prepare(request)
         conn = Conn(ws, uuid.uuid4().hex[:12], authed=self.cfg.token is None or bool(token))
+        self.conns.add(conn)
         try:
             async for m in ws:
                 if m.type not in (WSMsgType.BINARY, WSMsgType.TEXT):
@@ -238,6 +280,7 @@ class Service:
         except ConnectionError:
             pass  # the peer went away mid-send: nothing left to answer
         finally:
+            self.conns.discard(conn)
             for ev in conn.inflight.values():
                 ev.set()
             if self.ready:
@@ -319,11 +362,7 @@ class Service:
         if not self.ready:
             return error(None, "not_ready", "models are still loading", self.retry_after_ms())
         conn.docs.add(f["doc"])
-        if conn.warming >= WARMUPS_PER_CONNECTION:
-            self.metrics.requests.labels("warmup", "dropped").inc()
-            return None
-        conn.warming += 1
-        key, loop = self._doc_key(conn, f["doc"]), asyncio.get_running_loop()
+        key = self._doc_key(conn, f["doc"])
 
         def work():
             try:
@@ -331,10 +370,9 @@ class Service:
                 self.metrics.requests.labels("warmup", "ok").inc()
             except Exception:  # noqa: BLE001 - a warmup is best effort: counted, not answered
                 self.metrics.requests.labels("warmup", "error").inc()
-            finally:
-                loop.call_soon_threadsafe(_done_warming, conn)
 
-        self.pool.submit(work)
+        if not self.workers.warm(work):  # it replaced one still waiting
+            self.metrics.requests.labels("warmup", "dropped").inc()
         return None
 
     def _cancel(self, conn: Conn, f: dict) -> None:
@@ -352,10 +390,6 @@ class Service:
         conn.docs.discard(f["doc"])
         if self.ready:
             self.engine.forget(self._doc_key(conn, f["doc"]))
-
-
-def _done_warming(conn: Conn) -> None:
-    conn.warming -= 1
 
 
 async def _cors(request: web.Request, response: web.StreamResponse) -> None:
@@ -381,7 +415,7 @@ async def _serve(service: Service) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(0))
     runner = web.AppRunner(service.app(), handle_signals=False, handler_cancellation=True, access_log=None,
-                           shutdown_timeout=1.0)
+                           shutdown_timeout=SHUTDOWN_S)
     await runner.setup()
     try:
         await web.TCPSite(runner, cfg.host, cfg.port).start()
@@ -394,24 +428,33 @@ async def _serve(service: Service) -> int:
             with contextlib.suppress(RuntimeError):  # the loop already closed: nobody waits
                 loop.call_soon_threadsafe(lambda: loaded.done() or loaded.set_result(None))
 
-        threading.Thread(target=load, name="completer-load", daemon=True).start()
+        service.loader = threading.Thread(target=load, name="completer-load", daemon=True)
+        service.loader.start()
         await asyncio.wait([stop, loaded], return_when=asyncio.FIRST_COMPLETED)
         if service.load_error:
             print(f"completer: error: {service.load_error}", file=sys.stderr)
             return 2
         await stop
     finally:
-        await runner.cleanup()
-        if service.pool is not None:
-            service.pool.shutdown(wait=False, cancel_futures=True)
+        service.stop()
+        await runner.cleanup()  # the handlers end their answers, then the connections close
     return 0
 
 
 def run(cfg: ServeConfig, make_engine: Callable[[], object]) -> int:
     """Serve until SIGINT/SIGTERM → the exit code (2: the port cannot be bound, or the models
     failed to load). `make_engine` builds the local Engine (called in a worker thread)."""
+    service = Service(cfg, make_engine)
     try:
-        return asyncio.run(_serve(Service(cfg, make_engine)))
+        code = asyncio.run(_serve(service))
     except OSError as e:  # the port is taken, the host does not resolve
         print(f"completer: error: cannot listen on {cfg.host}:{cfg.port}: {e.strerror or e}", file=sys.stderr)
         return 2
+    if service.loader is not None and service.loader.is_alive():
+        # Stopped while the models load, inside native code (torch, tokenizers): finalising the
+        # interpreter under that thread aborts ("terminate called without an active exception",
+        # exit 134). Nothing of it needs saving: leave now.
+        print("completer serve: stopped while the models were loading", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(code)
+    return code

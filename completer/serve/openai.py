@@ -1,7 +1,12 @@
 """OpenAI-compatible endpoints of `completer serve`: `POST /v1/completions` (text completion with
-`suffix` for fill-in-the-middle, streamed as server-sent events) and `GET /v1/models`, so that
-tools speaking OpenAI's API get the engine's speculative decoding and per-document KV cache
-(`user` names the document). Errors in OpenAI's shape: {"error": {message, type, param, code}}.
+`suffix` for fill-in-the-middle, streamed as server-sent events) and `GET /v1/models[/{id}]`, so
+that tools speaking OpenAI's API (Continue, Tabby, the openai clients) get the engine's speculative
+decoding and per-document KV cache (`user` names the document). `temperature` and `top_p` apply to
+the request (rejection sampling keeps the target's distribution); `stream_options.include_usage`
+adds the usage chunk. Errors in OpenAI's shape: {"error": {message, type, param, code}}; in a
+stream, an error event in that shape ends it. A request a newer one with the same `user`
+superseded is such an error (409 "superseded", not to be retried), never a cut text that looks
+finished.
 
 `service` is the app's Service (duck-typed here: this module does not import the app)."""
 from __future__ import annotations
@@ -13,28 +18,43 @@ import uuid
 
 from aiohttp import web
 
+from ..wellformed import well_formed
 from .protocol import BadRequest, Job, Refused, check
 
 # field → accepted types; other fields are ignored, as OpenAI-compatible servers do
-FIELDS = {"prompt": (str,), "suffix": (str,), "max_tokens": (int,), "temperature": (int, float),
+FIELDS = {"prompt": (str, list), "suffix": (str,), "max_tokens": (int,), "temperature": (int, float),
           "top_p": (int, float), "stop": (str, list), "stream": (bool,), "n": (int,), "user": (str,),
-          "model": (str,), "echo": (bool,), "logprobs": (int,), "best_of": (int,)}
-MAX_STOPS = 4
-STATUS = {"bad_request": 400, "unauthorized": 401, "overloaded": 429, "not_ready": 503, "internal": 500}
+          "model": (str,), "echo": (bool,), "logprobs": (int,), "best_of": (int,), "stream_options": (dict,)}
+MAX_STOPS = 16  # FIM clients send 6-9 (one per file separator and special token)
+STATUS = {"bad_request": 400, "unauthorized": 401, "overloaded": 429, "not_ready": 503, "internal": 500,
+          "superseded": 409}
 TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
-         413: "invalid_request_error", 429: "rate_limit_error", 503: "server_error", 500: "server_error"}
+         409: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error", 503: "server_error",
+         500: "server_error"}
+
+
+def _superseded() -> Refused:
+    return Refused("superseded", 'a newer request with the same "user" superseded this one (its text was cut)')
 
 
 def error(status: int, message: str, code: str | None = None, param: str | None = None,
           headers: dict | None = None) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": TYPES.get(status, "invalid_request_error"),
-                                        "param": param, "code": code}}, status=status, headers=headers)
+    return web.json_response(_error_body(status, message, code, param), status=status, headers=headers)
+
+
+def _error_body(status: int, message: str, code: str | None, param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": TYPES.get(status, "invalid_request_error"), "param": param,
+                      "code": code}}
 
 
 def refused(e: Refused) -> web.Response:
-    """The service's refusal as an OpenAI error (429 with Retry-After when overloaded)."""
-    headers = {"Retry-After": str(max(1, round(e.retry_after_ms / 1e3)))} if e.retry_after_ms is not None else None
-    return error(STATUS.get(e.code, 500), e.message, e.code, headers=headers)
+    """The service's refusal as an OpenAI error (429 with Retry-After when overloaded; the openai
+    clients retry 409 unless told not to, and a retried superseded request would supersede the
+    newer one)."""
+    headers = {"Retry-After": str(max(1, round(e.retry_after_ms / 1e3)))} if e.retry_after_ms is not None else {}
+    if e.code == "superseded":
+        headers["x-should-retry"] = "false"
+    return error(STATUS.get(e.code, 500), e.message, e.code, headers=headers or None)
 
 
 def _auth(service, request: web.Request) -> web.Response | None:
@@ -46,11 +66,24 @@ def _auth(service, request: web.Request) -> web.Response | None:
     return None
 
 
+def _model(service) -> dict:
+    return {"id": service.model_id, "object": "model", "created": 0, "owned_by": "completer"}
+
+
 async def models(service, request: web.Request) -> web.Response:
     if (refusal := _auth(service, request)) is not None:
         return refusal
-    return web.json_response({"object": "list", "data": [
-        {"id": service.model_id, "object": "model", "created": 0, "owned_by": "completer"}]})
+    return web.json_response({"object": "list", "data": [_model(service)]})
+
+
+async def model(service, request: web.Request) -> web.Response:
+    """GET /v1/models/{id} (an id may hold slashes: a model directory, a hub name)."""
+    if (refusal := _auth(service, request)) is not None:
+        return refusal
+    if request.match_info["id"] != service.model_id:
+        return error(404, f"the model {request.match_info['id']!r} does not exist here; this server serves "
+                          f"{service.model_id!r}", "model_not_found", "model")
+    return web.json_response(_model(service))
 
 
 def parse(body: bytes, ctx: int) -> dict:
@@ -62,6 +95,11 @@ def parse(body: bytes, ctx: int) -> dict:
     if not isinstance(req, dict):
         raise BadRequest(f"the body must be a JSON object, not {type(req).__name__}")
     f = {name: check(req, name, types, required=name == "prompt") for name, types in FIELDS.items()}
+    if isinstance(f["prompt"], list):  # the openai clients send a batch of one as a list
+        if len(f["prompt"]) != 1 or not isinstance(f["prompt"][0], str):
+            raise BadRequest('"prompt" must be a string or a list of one string (token ids and batches are not '
+                             "supported)", "prompt")
+        f["prompt"] = check({"prompt": f["prompt"][0]}, "prompt", (str,))
     if f["max_tokens"] is not None and not 1 <= f["max_tokens"] <= ctx // 2:
         raise BadRequest(f'"max_tokens" must be in 1..{ctx // 2}', "max_tokens")
     if f["temperature"] is not None and not 0 <= f["temperature"] <= 2:
@@ -74,7 +112,9 @@ def parse(body: bytes, ctx: int) -> dict:
     stops = [f["stop"]] if isinstance(f["stop"], str) else f["stop"] or []
     if len(stops) > MAX_STOPS or not all(isinstance(s, str) for s in stops):
         raise BadRequest(f'"stop" must be a string or a list of at most {MAX_STOPS} strings', "stop")
-    f["stop"] = tuple(s for s in stops if s)
+    f["stop"] = tuple(well_formed(s) for s in stops if s)
+    options = f["stream_options"] or {}
+    f["include_usage"] = check(options, "include_usage", (bool,)) or False
     return f
 
 
@@ -96,15 +136,17 @@ async def completions(service, request: web.Request) -> web.StreamResponse:
     user = f["user"]
     doc_key = f"openai:{user}" if user is not None else f"openai:-{uuid.uuid4().hex}"  # one-off: forgotten after
     job = Job(doc_key, f["prompt"], f["suffix"] or "", max_new=f["max_tokens"], stop=f["stop"],
-              stream=bool(f["stream"]))
+              stream=bool(f["stream"]), temperature=f["temperature"], top_p=f["top_p"], usage=True)
     head = {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion", "created": int(time.time()),
             "model": service.model_id}
     cancel = threading.Event()
     try:
         if f["stream"]:
-            return await _stream(service, request, job, cancel, head)
+            return await _stream(service, request, job, cancel, head, f["include_usage"])
         try:
             c, _ = await service.complete(job, cancel, _ignore, "openai")
+            if c.stop_reason == "superseded":
+                raise _superseded()
         except Refused as e:
             return refused(e)
         return web.json_response({**head, "choices": [_choice(c.text, c)], "usage": _usage(c)})
@@ -113,9 +155,12 @@ async def completions(service, request: web.Request) -> web.StreamResponse:
             service.engine.forget(doc_key)
 
 
-async def _stream(service, request: web.Request, job: Job, cancel: threading.Event, head: dict):
-    """Server-sent events: `data: {chunk}` per delta, the last with finish_reason, then `data: [DONE]`.
-    Text that may be the start of a stop sequence is held back until it is known not to be."""
+async def _stream(service, request: web.Request, job: Job, cancel: threading.Event, head: dict,
+                  include_usage: bool):
+    """Server-sent events: `data: {chunk}` per delta, the last with finish_reason (then the usage
+    chunk when asked for), then `data: [DONE]`; or, once anything went out, an error event that
+    ends the stream. Text that may be the start of a stop sequence is held back until it is known
+    not to be."""
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     text, sent = [""], [0]  # streamed so far; how much of it went out
 
@@ -133,17 +178,21 @@ async def _stream(service, request: web.Request, job: Job, cancel: threading.Eve
 
     try:
         c, _ = await service.complete(job, cancel, on_delta, "openai")
+        if c.stop_reason == "superseded":
+            raise _superseded()
     except ConnectionError:
         return resp  # the client went away: generation was cancelled
     except Refused as e:
         if not resp.prepared:
             return refused(e)
-        await resp.write(b"data: " + json.dumps({"error": {"message": e.message, "type": "server_error",
-                                                           "param": None, "code": e.code}}).encode() + b"\n\n")
+        body = _error_body(STATUS.get(e.code, 500), e.message, e.code)
+        await resp.write(b"data: " + json.dumps(body).encode() + b"\n\n")
         await resp.write_eof()
         return resp
     done = text[0][:sent[0]]
     await emit(c.text[len(done):] if c.text.startswith(done) else "", c)
+    if include_usage:  # OpenAI's shape: no choices, the usage of the whole completion
+        await resp.write(b"data: " + json.dumps({**head, "choices": [], "usage": _usage(c)}).encode() + b"\n\n")
     await resp.write(b"data: [DONE]\n\n")
     await resp.write_eof()
     return resp

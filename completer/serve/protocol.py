@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import msgpack
 
 from ..client import StopText
+from ..wellformed import well_formed
 
 PROTOCOL_VERSION = "1"
 ERROR_CODES = ("bad_frame", "bad_request", "unknown_type", "too_large", "unauthorized", "overloaded",
@@ -70,6 +71,9 @@ class Job:
     node_kind: str | None = None
     stop: tuple[str, ...] = ()     # stop sequences (plain engine only): the text ends before the first
     stream: bool = True
+    temperature: float | None = None  # this request's sampling (plain engine only); None: the engine's
+    top_p: float | None = None
+    usage: bool = False            # count the tokens of a type-through answer too (OpenAI's `usage`)
 
 
 def pack(msg: dict) -> bytes:
@@ -89,8 +93,8 @@ def unpack(message: bytes | str, max_bytes: int) -> dict:
         raise FrameError("bad_frame", "frames must be binary msgpack, not text")
     if len(message) > max_bytes:
         raise FrameError("too_large", f"frame of {len(message)} bytes exceeds {max_bytes}")
-    try:
-        msg = msgpack.unpackb(message, raw=False, strict_map_key=False)
+    try:  # a lone surrogate (WTF-8 from a JavaScript encoder) decodes here; `check` replaces it
+        msg = msgpack.unpackb(message, raw=False, strict_map_key=False, unicode_errors="surrogatepass")
     except Exception as e:  # noqa: BLE001 - any decode failure (and msgpack's depth limit) is the client's frame
         raise FrameError("bad_frame", f"not msgpack: {type(e).__name__}") from None
     if not isinstance(msg, dict):
@@ -103,7 +107,9 @@ def unpack(message: bytes | str, max_bytes: int) -> dict:
 def frame_id(msg: dict):
     """The frame's id when usable (for error replies), else None."""
     id_ = msg.get("id")
-    return id_ if isinstance(id_, ID) and not isinstance(id_, bool) else None
+    if isinstance(id_, str):
+        return well_formed(id_)  # echoed in the reply: packing a lone surrogate would fail
+    return id_ if isinstance(id_, int) and not isinstance(id_, bool) else None
 
 
 def fields(msg: dict) -> dict:
@@ -113,7 +119,8 @@ def fields(msg: dict) -> dict:
 
 
 def check(msg: dict, name: str, types: tuple[type, ...], required: bool = False):
-    """msg[name] when it has one of `types` (None when absent and optional). Raises BadRequest."""
+    """msg[name] when it has one of `types` (None when absent and optional; a string well-formed:
+    wellformed.py). Raises BadRequest."""
     v = msg.get(name)
     if v is None:
         if required:
@@ -122,7 +129,7 @@ def check(msg: dict, name: str, types: tuple[type, ...], required: bool = False)
     if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):  # bool is an int
         names = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
         raise BadRequest(f'field "{name}" must be {names}, not {type(v).__name__}', name)
-    return v
+    return well_formed(v) if isinstance(v, str) else v
 
 
 def stop_text(stops: tuple[str, ...]) -> StopText:
