@@ -101,7 +101,9 @@ def test_a_signal_while_the_models_load_exits_cleanly(sig, after_s):
     assert "terminate called" not in rest and "Traceback" not in rest
 
 
-def test_a_signal_mid_stream_ends_the_stream_with_an_error_event():
+async def test_a_signal_mid_stream_ends_each_answer_with_an_error():
+    """An SSE stream ends with an error event (not a cut chunked body); a WebSocket request gets
+    an error frame, then the connection closes with 1001 (going away)."""
     p, addr = start_server("--max-new-tokens", "256")
     try:
         conn = http.client.HTTPConnection(*addr.split(":"), timeout=60)
@@ -109,15 +111,22 @@ def test_a_signal_mid_stream_ends_the_stream_with_an_error_event():
                                                             "stream": True}))
         r = conn.getresponse()
         assert next(line for line in r if line.startswith(b"data: "))  # generating: about a second for 256
-        p.send_signal(signal.SIGTERM)
+        async with connect(f"ws://{addr}/ws") as ws:
+            await ws.send(msgpack.packb({"type": "complete", "id": 7, "doc": "a.py", "prefix": "import os\n"}))
+            assert msgpack.unpackb(await ws.recv())["type"] == "chunk"
+            p.send_signal(signal.SIGTERM)
+            frames = [msgpack.unpackb(m) async for m in ws]
+            assert frames[-1]["type"] == "error" and frames[-1]["code"] == "not_ready", frames[-1]
+            assert ws.close_code == 1001
         events = [line[6:].strip() for line in r if line.startswith(b"data: ")]  # IncompleteRead if cut
         assert events and events[-1] != b"[DONE]"
         err = json.loads(events[-1])["error"]
         assert err["code"] == "not_ready" and "shutting down" in err["message"]
         conn.close()
+        assert await asyncio.to_thread(p.wait, 60) == 0
     finally:
-        p.terminate()
-        assert p.wait(timeout=60) == 0
+        if p.poll() is None:
+            p.kill()
 
 
 def test_type_through_records_are_bounded_by_count_chars_and_age(monkeypatch):
