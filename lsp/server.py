@@ -40,7 +40,7 @@ from pygls.protocol import (
 )
 from pygls.uris import to_fs_path
 
-from completer import config, netguard
+from completer import config, logs, netguard
 
 from .options import SCOPES, parse_options, update_options
 from .service import Edit, Service
@@ -572,14 +572,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="completer-lsp", description="Code-completion language server.")
     ap.add_argument("--tcp", type=int, metavar="PORT", help="listen on TCP instead of stdio (0: any free port)")
     ap.add_argument("--ws", type=int, metavar="PORT", help="listen on a WebSocket instead of stdio (0: any free port)")
-    ap.add_argument("--log-level", default="WARNING")
+    logs.add_argument(ap)
     config.add_arguments(ap, SCOPES)
     config.add_arguments(ap, ("trust",))
     config.add_arguments(ap, ("serve",), "--tcp and --ws (the rules of completer serve)", only=NET_OPTIONS)
     a = ap.parse_args(argv)
     net = _network_options(a) if a.tcp is not None or a.ws is not None else None
-    logging.basicConfig(stream=sys.stderr, level=a.log_level.upper(),
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logs.configure(a.log_level)
     if logging.getLogger().level > logging.DEBUG:  # pygls logs a traceback per malformed message;
         logging.getLogger("pygls").setLevel(logging.CRITICAL)  # report_server_error says it in a line
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

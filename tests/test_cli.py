@@ -3,6 +3,7 @@ prompt mode, and bad input (one clear line on stderr, exit code 2, no traceback)
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -117,3 +118,74 @@ def test_tokenizer_mismatch_is_refused(tiny_pair, tmp_path):
     tok.save(str(other / "tokenizer.json"))
     r = run("complete", "--prompt-file", str(EXAMPLE), "--target", str(target), "--draft", str(other))
     assert r.returncode == 2 and "tokenizer mismatch" in r.stderr
+
+
+def test_version_and_a_bare_command():
+    r = run("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"completer {__import__('completer').__version__}"
+    r = run()
+    assert r.returncode == 2 and "required" not in r.stderr and "Traceback" not in r.stderr
+    assert r.stderr.startswith("usage: completer") and all(c in r.stderr for c in ("complete", "serve", "config"))
+
+
+def test_a_reader_that_leaves_is_no_traceback():
+    """`completer options | head -1`: the pipe's reader is gone before the first write (closed at
+    once, the interpreter is still starting): exit 141 like a SIGPIPE death, stderr empty."""
+    for args in (["options"], ["config"], ["options", "--json-schema"]):
+        p = subprocess.Popen([sys.executable, "-m", "completer.cli", *args], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, cwd=ROOT)
+        p.stdout.close()
+        err = p.stderr.read().decode()
+        assert p.wait(timeout=120) == 141 and err == "", (args, err)
+
+
+def test_log_level_has_choices():
+    r = run("options", "--log-level", "loud")
+    assert r.returncode == 2 and "invalid choice: 'LOUD'" in r.stderr and "DEBUG" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert run("options", "--log-level", "debug").returncode == 0
+    assert "--log-level LEVEL" in run("serve", "--help").stdout
+
+
+def test_columns_stay_aligned_with_long_values():
+    long_target = "/models/" + "a-very-long-directory-name/" * 3 + "target"
+    lines = run("config", "--target", long_target).stdout.splitlines()
+    assert any(long_target in ln for ln in lines)
+    # the source column starts at the same offset on every line
+    starts = {ln.rindex("command line") if ln.endswith("command line") else ln.rindex("  ") + 2 for ln in lines}
+    assert len(starts) == 1, starts
+    lines = run("options").stdout.splitlines()
+    from completer import config
+
+    helps = [config.OPTIONS[ln.split()[0]].meta["help"] for ln in lines]
+    assert len({ln.index(h) for ln, h in zip(lines, helps)}) == 1
+
+
+def test_the_main_job_imports_neither_triton_nor_transformers():
+    """Cold start: triton (~0.3 s to import; the gpu extra) and transformers (seconds) are for CUDA
+    kernels and models outside the lean families; the embedded pair needs neither."""
+    code = ("import sys; from completer.cli import main; "
+            f"rc = main(['complete', {str(ROOT / 'examples' / 'stack.py')!r}, '--line', '7', '--col', '19']); "
+            "print(rc, sorted({m.split('.')[0] for m in sys.modules} & {'triton', 'transformers', 'bitsandbytes'}))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, cwd=ROOT, check=False)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "0 []", r.stdout
+
+
+def test_the_docs_name_real_flags():
+    """Every `--flag` written after `completer COMMAND` or `completer-lsp` in the READMEs and docs/
+    is one that command takes (the web editor's README once said --allow-origin)."""
+    helps: dict[str, str] = {}
+    docs = [ROOT / "README.md", ROOT / "editor-plugin" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    checked = 0
+    for doc in docs:
+        for m in re.finditer(r"completer(-lsp| serve| complete| config| options)([^|`#\n]*)", doc.read_text()):
+            cmd = m.group(1).strip()
+            if cmd not in helps:
+                argv = ["-m", "lsp.server"] if cmd == "-lsp" else ["-m", "completer.cli", cmd]
+                helps[cmd] = subprocess.run([sys.executable, *argv, "--help"], capture_output=True, text=True,
+                                            cwd=ROOT, timeout=120, check=False).stdout
+            for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]*", m.group(2)):
+                assert re.search(rf"{flag}\b(?!-)", helps[cmd]), f"{doc.name}: completer{m.group(1)} has no {flag}"
+                checked += 1
+    assert checked > 10
