@@ -70,10 +70,12 @@ def too_deep(data: Any) -> bool:
 
 def _user_handler(method: str):
     """A builtin document-sync handler that only calls the user's: the service keeps the text
-    (with its tree), so pygls' own workspace copy would be a second 10 MB string per document."""
+    (with its tree), so pygls' own workspace copy would be a second 10 MB string per document.
+    A plain call, not pygls' generator form: pygls files a generator's future under a fresh id
+    that nothing removes for a notification, one Future kept per didOpen/didChange/didClose."""
     def handler(self, params):
         if (user := self.fm.features.get(method)) is not None:
-            yield user, (params,), None
+            user(params)
     return lsp_method(method)(handler)
 
 
