@@ -3,6 +3,7 @@ with optional quantization of the target. Errors are `ModelError` with one clear
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -212,7 +213,22 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
         if not same_vocab(tok, dtok):
             raise ModelError(f"tokenizer mismatch: draft {draft} and target {target} do not share "
                              "a vocabulary, so draft tokens cannot be verified")
-    tmodel = load_model(target, dev, dt, quant, lean, quant_groups)
-    if draft is not None and use_draft:
-        dmodel = load_model(draft, dev, dt, lean=lean)
+    with _one_thread():
+        tmodel = load_model(target, dev, dt, quant, lean, quant_groups)
+        if draft is not None and use_draft:
+            dmodel = load_model(draft, dev, dt, lean=lean)
     return Pair(tmodel, dmodel, tok, target, draft if use_draft else None, dev)
+
+
+@contextmanager
+def _one_thread():
+    """Loading runs on one torch thread. Its ~250 conversions, copies and packs are each a parallel
+    region that waits for its second thread when another process holds that core: on the 2-core
+    build machine, with the other core busy, the embedded pair's weights took 41-53 ms on one
+    thread and 726-1108 ms on two (idle: 37 vs 41); the copies are memory-bound either way."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
