@@ -33,7 +33,7 @@ PREFIX, SUFFIX = SOURCE[:SOURCE.index("        print")], SOURCE[SOURCE.index("\n
 
 def llama_paths() -> tuple[Path, Path]:
     """(llama-server, target .gguf) from the cache .ci/llamacpp.sh fills; skip (fail under CI)
-    when it was never built: the build takes ~20 minutes and is .ci/run's job."""
+    when it was never built: the build takes about 20 minutes and is .ci/run's job."""
     env = {**os.environ, "LLAMACPP_NO_BUILD": "1", "PYTHON": sys.executable}
     run = lambda *a: subprocess.run(["bash", str(ROOT / ".ci" / "llamacpp.sh"), *a], check=False, capture_output=True,
                                     text=True, env=env, timeout=600)
