@@ -188,6 +188,17 @@ def metric(text: str, name: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
+async def test_lone_surrogates_in_a_frame_are_replaced(server):
+    """A JavaScript msgpack encoder writes a lone surrogate (a string cut inside a pair) as its
+    3-byte WTF-8 form: the frame is answered (U+FFFD in its place), not refused or a 500."""
+    pack = msgpack.Packer(unicode_errors="surrogatepass").pack
+    async with connect(f"ws://{server}/ws", additional_headers=AUTH) as ws:
+        await ws.send(pack({"type": "complete", "id": "s\ud83d", "doc": "cut.py", "prefix": "s = '\ud83d",
+                            "suffix": "\ude00'\n", "stream": False}))
+        done = msgpack.unpackb(await ws.recv())
+    assert done["type"] == "done" and done["id"] == "s\ufffd", done
+
+
 async def test_forget_frees_the_document_and_feedback_reaches_the_engine(server):
     async with connect(f"ws://{server}/ws", additional_headers=AUTH) as ws:
         frame = {"type": "complete", "id": 1, "doc": "f.py", "prefix": "import sys\n", "stream": False}
