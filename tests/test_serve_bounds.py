@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import msgpack
-import pytest
 from test_server import _env, start_server
 from websockets.asyncio.client import connect
 
@@ -82,23 +81,27 @@ async def test_a_queued_request_gives_way_to_a_newer_one_for_its_document():
         assert p.wait(timeout=60) == 0
 
 
-@pytest.mark.parametrize("sig, after_s", [(signal.SIGTERM, 0.5), (signal.SIGTERM, 1.5), (signal.SIGTERM, 2.5),
-                                          (signal.SIGTERM, 3.5), (signal.SIGINT, 1.0), (signal.SIGINT, 3.0)])
-def test_a_signal_while_the_models_load_exits_cleanly(sig, after_s):
+def test_a_signal_while_the_models_load_exits_cleanly():
     """It used to abort (exit 134, `terminate called without an active exception`) when the signal
-    came while the load was in native code: here about 3 s after `listening` (the load takes ~3.5 s
-    on a 2-core VM), so the signal comes at several moments of it."""
-    p = subprocess.Popen([sys.executable, "-m", "completer.cli", "serve", "--port", "0"], stderr=subprocess.PIPE,
-                         text=True, env=_env())
-    for line in p.stderr:
-        if "listening on" in line:
-            break
-    time.sleep(after_s)
-    p.send_signal(sig)
-    rest = p.stderr.read()
-    assert p.wait(timeout=60) == 0, rest
-    assert "models ready" in rest or "stopped while the models were loading" in rest
-    assert "terminate called" not in rest and "Traceback" not in rest
+    came while the load was in native code. The load takes 1-4 s after `listening` here, so the
+    signal comes at several moments of it; at least one of them must find it loading."""
+    during = 0
+    for sig, after_s in [(signal.SIGTERM, 0.0), (signal.SIGTERM, 0.3), (signal.SIGTERM, 0.6), (signal.SIGTERM, 0.9),
+                         (signal.SIGTERM, 1.2), (signal.SIGTERM, 2.0), (signal.SIGINT, 0.3), (signal.SIGINT, 0.9)]:
+        p = subprocess.Popen([sys.executable, "-m", "completer.cli", "serve", "--port", "0"],
+                             stderr=subprocess.PIPE, text=True, env=_env())
+        for line in p.stderr:
+            if "listening on" in line:
+                break
+        time.sleep(after_s)
+        p.send_signal(sig)
+        rest = p.stderr.read()
+        assert p.wait(timeout=60) == 0, (sig, after_s, rest)
+        assert "terminate called" not in rest and "Traceback" not in rest, rest
+        stopped = "stopped while the models were loading" in rest
+        assert stopped or "models ready" in rest, rest
+        during += stopped
+    assert during > 0
 
 
 async def test_a_signal_mid_stream_ends_each_answer_with_an_error():
