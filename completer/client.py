@@ -9,7 +9,7 @@ No torch here: a language server on a remote engine stays light.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -66,6 +66,17 @@ _FIELDS = ("text", "new_tokens", "target_forwards", "accepted_per_forward", "ttf
            "speculative", "prompt_tokens", "prefill_tokens", "stop_reason", "token_ids")
 
 
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of another file that the syntax layer chose for the prompt (repository context):
+    a definition's signature or a window of a recently used file. Engines render chunks before
+    the cursor file's prefix, in the order given (the caller keeps it stable across keystrokes so
+    that a per-document KV cache keeps matching): the family's repository tokens where it has
+    them, else a path comment; llama-server gets them as `/infill`'s `input_extra`."""
+    path: str   # relative to the workspace root, '/'-separated
+    text: str
+
+
 def prompt_budget(ctx: int, max_new: int, max_draft_len: int = 0) -> int:
     """Prompt tokens that leave room in a `ctx`-token context for `max_new` new tokens and one
     verify of `max_draft_len` drafts; never less than half the context (a long generation then
@@ -80,15 +91,18 @@ class EngineClient(Protocol):
     def complete(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
                  max_new: int | None = None, stop_text: StopText | None = None,
                  cancel: threading.Event | None = None, on_text: Callable[[str], None] | None = None,
-                 node_kind: str | None = None, language: str | None = None) -> Completion:
+                 node_kind: str | None = None, language: str | None = None,
+                 extra: Sequence[Chunk] = ()) -> Completion:
         """Complete between `prefix` and `suffix` (the context the syntax layer chose; the engine
-        only adds its model's FIM tokens). `stop_text` decides when the completion is finished
+        only adds its model's FIM tokens and renders `extra`, the cross-file chunks, first). `stop_text` decides when the completion is finished
         (the syntax node closed, or degenerate output); the engine stops paying for tokens then.
         `cancel` set → stop within one step (stop_reason "cancelled"). `on_text` gets deltas."""
         ...
 
-    def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default") -> int:
-        """Prefill the document's cache for this context; tokens computed (0 if unknown)."""
+    def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
+               extra: Sequence[Chunk] = ()) -> int:
+        """Prefill the document's cache for this context (the same prompt `complete` would build
+        from the same arguments); tokens computed (0 if unknown)."""
         ...
 
     def forget(self, doc_key: str) -> None:
