@@ -40,7 +40,7 @@ from pygls.protocol import (
 )
 from pygls.uris import to_fs_path
 
-from completer import config, logs, netguard
+from completer import config, errors, logs, netguard
 
 from .options import SCOPES, parse_options, update_options
 from .service import Edit, Service
@@ -51,7 +51,7 @@ MAX_BODY = 64 * 2**20      # bytes of one message (a 16 Mi-char document fits); 
 MAX_DEPTH = 64             # JSON nesting; LSP messages need < 20, and handlers may walk what they get
 MAX_LINE = 64 * 2**10      # bytes of one header line; a longer line is garbage between frames
 NET_OPTIONS = ("host", "token", "allow_origins", "allow_hosts")  # completer serve's, for --tcp and --ws
-UNAUTHORIZED = -32001      # JSON-RPC's server-defined range: the first message lacked the token
+UNAUTHORIZED = errors.jsonrpc("unauthorized")  # the first message lacked the token
 UNAUTHORIZED_MESSAGE = ("unauthorized: send the token as initializationOptions.token in initialize, or at the "
                         "WebSocket handshake (Authorization: Bearer or ?token=)")
 

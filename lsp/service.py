@@ -14,6 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from completer import errors
 from completer.client import EngineClient, EngineError
 from completer.config import needs_reload
 from completer.documents import Documents, PositionError
@@ -24,7 +25,6 @@ from .options import ServerOptions
 
 log = logging.getLogger("completer.lsp")
 MAX_DOCUMENT_CHARS = 16 * 2**20  # a larger document is not kept: no completions there, one warning
-TRANSIENT = ("unavailable", "overloaded", "not_ready")  # EngineError codes shown as a warning, not an error
 Say = Callable[[str, str], None]  # (level: "error" | "warning" | "info", text) → the user
 Progress = Callable[[int, str], None]  # (percent, stage); called on the engine thread
 
@@ -127,7 +127,7 @@ class Service:
             engine.warm_start()  # first-request costs and step costs, or the remote's hello
         except Exception as e:  # a bad model dir, refused credentials, out of memory...
             known = isinstance(e, EngineError)
-            if known and engine is not None and e.code in TRANSIENT:
+            if known and engine is not None and errors.transient(e.code):
                 fault = e  # the server is down, busy or loading: kept, it may come up
             else:
                 why = f"{e.code}: {e.message}" if known else f"{type(e).__name__}: {e}"
@@ -150,7 +150,7 @@ class Service:
         if e.code not in self.faults:
             self.faults.add(e.code)
             retry = f" (retry in {e.retry_after:g} s)" if e.retry_after else ""
-            self.say("warning" if e.code in TRANSIENT else "error", f"engine {e.code}: {e.message}{retry}")
+            self.say("warning" if errors.transient(e.code) else "error", f"engine {e.code}: {e.message}{retry}")
 
     def _served(self) -> None:
         if self.faults:

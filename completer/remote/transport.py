@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Self
 from urllib.parse import urlsplit
 
+from .. import errors
 from ..client import EngineError
 
 BACKOFF_S = 0.1     # first retry after this; doubles per retry
@@ -285,19 +286,11 @@ class Http:
 
 
 def _by_status(status: int, message: str, retry_after: float | None) -> EngineError:
-    if status in (401, 403):
-        return EngineError(code="unauthorized", message=message + " (check engine_api_key or COMPLETER_API_KEY)")
-    if status == 429:
-        return EngineError(code="overloaded", message=message, retry_after=retry_after)
-    if status == 404 and "model" in message.lower():
-        return EngineError(code="model", message=message)
-    if status == 503 and "load" in message.lower():
-        return EngineError(code="not_ready", message=message, retry_after=retry_after)
-    if status in (502, 503, 504):
-        return EngineError(code="unavailable", message=message, retry_after=retry_after)
-    if 400 <= status < 500:
-        return EngineError(code="bad_request", message=message)
-    return EngineError(code="internal", message=message)
+    code = errors.from_http(status, message)
+    if code == "unauthorized":
+        message += " (check engine_api_key or COMPLETER_API_KEY)"
+    return EngineError(code=code, message=message,
+                       retry_after=retry_after if code in ("overloaded", "not_ready", "unavailable") else None)
 
 
 def _error_code(raw: bytes) -> str | None:

@@ -26,13 +26,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import msgpack
 
+from .. import errors
 from ..client import Completion, EngineError, StopText, prompt_budget
 from .transport import BACKOFF_MAX_S, BACKOFF_S, read_limit
 
-# the service's error codes → EngineError codes (completer.client.ERROR_CODES)
-CODES = {"unauthorized": "unauthorized", "overloaded": "overloaded", "not_ready": "not_ready",
-         "bad_request": "bad_request", "bad_frame": "bad_request", "unknown_type": "bad_request",
-         "too_large": "bad_request", "internal": "internal"}
 _CLOSED = object()
 MAX_FRAME = 4 << 20  # bytes of one frame from the server: a done frame is a few KB
 
@@ -97,7 +94,7 @@ class WsEngine:
                                       if self.token else {"type": "hello", "client": self.client}))
                 hello = msgpack.unpackb(ws.recv(timeout=self.timeout))
                 if hello.get("type") == "error":
-                    raise EngineError(code=CODES.get(hello.get("code"), "internal"), message=hello.get("message", ""))
+                    raise EngineError(code=errors.engine_code(hello.get("code")), message=hello.get("message", ""))
                 if hello.get("ready"):
                     break
                 if time.monotonic() > deadline:
@@ -199,7 +196,7 @@ class WsEngine:
                     raise EngineError(code="unavailable", message=f"the connection to {self.url} closed "
                                                                   f"mid-completion{self._closed_why or ' (the service stopped?)'}")
                 if msg["type"] == "error":
-                    raise EngineError(code=CODES.get(msg.get("code"), "internal"), message=msg.get("message", ""))
+                    raise EngineError(code=errors.engine_code(msg.get("code")), message=msg.get("message", ""))
                 if msg["type"] == "chunk" and cut is None and (chunks := chunks + 1) > limit:
                     self._send({"type": "cancel", "id": rid})  # the server ignored max_new_tokens
                     return Completion(text, stop_reason="length", extra={"cancelled": False})

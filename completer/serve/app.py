@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from .. import netguard, pipeline
+from .. import errors, netguard, pipeline
 from ..client import Completion, EngineError
 from ..config import ServeConfig
 from . import openai, protocol
@@ -192,7 +192,7 @@ class Service:
 
     def _refusal(self, e: EngineError) -> Refused:
         """An engine's error as the service's answer."""
-        code = protocol.ENGINE_CODES.get(e.code, "internal")
+        code = errors.service_code(e.code)
         retry = round(e.retry_after * 1e3) if e.retry_after is not None else None
         if code == "overloaded" and retry is None:
             retry = self.retry_after_ms()

@@ -18,19 +18,16 @@ import uuid
 
 from aiohttp import web
 
+from .. import errors
 from ..wellformed import well_formed
-from .protocol import BadRequest, Job, Refused, check
+from .protocol import BadRequest, Job, Refused, check, first_stop
 
 # field → accepted types; other fields are ignored, as OpenAI-compatible servers do
 FIELDS = {"prompt": (str, list), "suffix": (str,), "max_tokens": (int,), "temperature": (int, float),
           "top_p": (int, float), "stop": (str, list), "stream": (bool,), "n": (int,), "user": (str,),
           "model": (str,), "echo": (bool,), "logprobs": (int,), "best_of": (int,), "stream_options": (dict,)}
 MAX_STOPS = 16  # FIM clients send 6-9 (one per file separator and special token)
-STATUS = {"bad_request": 400, "unauthorized": 401, "overloaded": 429, "not_ready": 503, "internal": 500,
-          "superseded": 409}
-TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
-         409: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error", 503: "server_error",
-         500: "server_error"}
+
 
 
 def _superseded() -> Refused:
@@ -43,7 +40,7 @@ def error(status: int, message: str, code: str | None = None, param: str | None 
 
 
 def _error_body(status: int, message: str, code: str | None, param: str | None = None) -> dict:
-    return {"error": {"message": message, "type": TYPES.get(status, "invalid_request_error"), "param": param,
+    return {"error": {"message": message, "type": errors.openai_type(status), "param": param,
                       "code": code}}
 
 
@@ -54,7 +51,7 @@ def refused(e: Refused) -> web.Response:
     headers = {"Retry-After": str(max(1, round(e.retry_after_ms / 1e3)))} if e.retry_after_ms is not None else {}
     if e.code == "superseded":
         headers["x-should-retry"] = "false"
-    return error(STATUS.get(e.code, 500), e.message, e.code, headers=headers or None)
+    return error(errors.http_status(e.code), e.message, e.code, headers=headers or None)
 
 
 def _auth(service, request: web.Request) -> web.Response | None:
@@ -185,7 +182,7 @@ async def _stream(service, request: web.Request, job: Job, cancel: threading.Eve
     except Refused as e:
         if not resp.prepared:
             return refused(e)
-        body = _error_body(STATUS.get(e.code, 500), e.message, e.code)
+        body = _error_body(errors.http_status(e.code), e.message, e.code)
         await resp.write(b"data: " + json.dumps(body).encode() + b"\n\n")
         await resp.write_eof()
         return resp
@@ -201,9 +198,8 @@ async def _stream(service, request: web.Request, job: Job, cancel: threading.Eve
 def _sendable(text: str, stops: tuple[str, ...]) -> int:
     """How much of the text streamed so far can go out: up to a stop sequence in it, else all but a
     tail that may begin one."""
-    found = [i for i in (text.find(s) for s in stops) if i >= 0]
-    if found:
-        return min(found)
+    if (stop := first_stop(text, stops)) is not None:
+        return stop
     return len(text) - max((k for s in stops for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
 
 

@@ -11,11 +11,6 @@ from ..client import StopText
 from ..wellformed import well_formed
 
 PROTOCOL_VERSION = "1"
-ERROR_CODES = ("bad_frame", "bad_request", "unknown_type", "too_large", "unauthorized", "overloaded",
-               "not_ready", "internal")
-# EngineError.code (completer.client.ERROR_CODES) → the code a client of this service gets
-ENGINE_CODES = {"overloaded": "overloaded", "bad_request": "bad_request", "model": "bad_request",
-                "not_ready": "not_ready", "unavailable": "not_ready"}  # anything else: internal
 
 ID = (int, str)
 # frame type → {field: (accepted types, required)}; other fields are ignored
@@ -53,7 +48,7 @@ class FrameError(Exception):
 
 
 class Refused(Exception):
-    """A request the service answers with an error: `code` is one of ERROR_CODES."""
+    """A request the service answers with an error: `code` is a key of errors.SERVICE."""
 
     def __init__(self, code: str, message: str, retry_after_ms: int | None = None):
         super().__init__(message)
@@ -132,9 +127,12 @@ def check(msg: dict, name: str, types: tuple[type, ...], required: bool = False)
     return well_formed(v) if isinstance(v, str) else v
 
 
+def first_stop(text: str, stops: tuple[str, ...]) -> int | None:
+    """Where the earliest of the stop sequences begins in `text`, else None."""
+    found = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(found) if found else None
+
+
 def stop_text(stops: tuple[str, ...]) -> StopText:
     """The engine's stop rule for stop sequences: keep the text before the first one."""
-    def cut(text: str) -> int | None:
-        found = [i for i in (text.find(s) for s in stops) if i >= 0]
-        return min(found) if found else None
-    return cut
+    return lambda text: first_stop(text, stops)
