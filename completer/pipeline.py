@@ -120,7 +120,7 @@ def make_engine(engine: str | None = None, *, engine_api_key: str | None = None,
         key = engine_api_key or ""  # "": connect must not fall back to the environment either
         return connect(engine, token=key, api_key=key, model=engine_model,
                        fim_format=config.get("fim_format", "auto"), timeout_ms=engine_timeout_ms,
-                       retries=engine_retries)
+                       retries=engine_retries, options=config)
     from dataclasses import fields
 
     from .config import EngineConfig

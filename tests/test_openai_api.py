@@ -14,7 +14,7 @@ import urllib.request
 
 import msgpack
 import pytest
-from test_server import metric, start_server, stop_server
+from test_serve import metric, start_server, stop_server
 from websockets.asyncio.client import connect
 
 TOKEN = "t0ken"

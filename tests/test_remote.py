@@ -171,3 +171,20 @@ def test_openai_client_on_our_server(serve):
     with pytest.raises(EngineError) as err:
         connect(f"openai:http://127.0.0.1:{serve.port}/v1", api_key="wrong").warm_start()
     assert err.value.code == "unauthorized" and "wrong" not in err.value.message
+
+
+def test_reconfigure_reaches_the_server_from_the_next_request(serve):
+    """The options a request carries (max_new_tokens, temperature, top_p) go in every complete
+    frame once set; a value outside the schema is refused before anything is sent."""
+    r = connect(f"ws://127.0.0.1:{serve.port}", token=TOKEN, max_new_tokens=5)
+    try:
+        assert r.complete("import os\n", "", doc_key="n.py").new_tokens == 5  # the server's default: 24
+        r.reconfigure(max_new_tokens=3, temperature=0.5, top_p=0.9, engine_timeout_ms=4000, kv_budget_mb=1)
+        c = r.complete("import sys\n", "", doc_key="m.py")
+        assert c.new_tokens == 3 and r.timeout == 4.0
+        assert r.prompt_budget() == prompt_budget(r.info["ctx"], 3, r.info["max_draft_len"])
+        with pytest.raises(EngineError) as err:
+            r.reconfigure(temperature=-1)
+        assert err.value.code == "bad_request" and "temperature" in err.value.message
+    finally:
+        r.close()

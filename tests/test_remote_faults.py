@@ -37,6 +37,10 @@ INFILL_OK = sse({"content": "a", "stop": False}, {"content": " + b", "stop": Fal
 OPENAI_OK = sse(chunk("a"), chunk(" + b"), {"choices": [{"text": "", "index": 0, "finish_reason": "stop"}],
                                             "usage": {"prompt_tokens": 8, "completion_tokens": 2}}, b"[DONE]")
 
+INFILL_NONE = {"content": "", "stop": True, "timings": {"cache_n": 0, "prompt_n": 5}}  # n_predict: 0
+OPENAI_ONE = {"choices": [{"text": "a", "index": 0, "finish_reason": "length"}],
+              "usage": {"prompt_tokens": 8, "completion_tokens": 1}}
+
 
 class Fake(ThreadingHTTPServer):
     daemon_threads = True
@@ -45,6 +49,7 @@ class Fake(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), Handler)
         self.mode = "ok"       # what POSTs get (GETs always answer /props and /models)
         self.seen_auth: list[str | None] = []
+        self.bodies: list[dict] = []       # the JSON bodies of the POSTs, in order
         self.hang = threading.Event()
         self.sent = 0                      # bytes of the last endless answer written before the client hung up
         self.hung_up = threading.Event()   # the client closed an endless answer
@@ -74,11 +79,13 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, json.dumps(PROPS if self.path == "/props" else MODELS).encode())
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.server.bodies.append(json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}"))
         self.server.seen_auth.append(self.headers.get("Authorization"))
         mode, openai = self.server.mode, self.path.startswith("/v1/")
         if self.path == "/tokenize":
             self._send(200, b'{"tokens": [1, 2, 3]}')
+        elif mode == "ok" and self.server.bodies[-1].get("stream") is False:  # a warmup
+            self._send(200, json.dumps(OPENAI_ONE if openai else INFILL_NONE).encode())
         elif mode == "ok":
             self._send(200, OPENAI_OK if openai else INFILL_OK, "text/event-stream")
         elif mode == "cut":  # two deltas, then the connection closes: no final event, no [DONE]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from completer.client import EngineError, prompt_budget
+from completer.client import Chunk, EngineError, prompt_budget
 from completer.remote import TypeThrough, connect
 from completer.remote.llamacpp import LlamaCpp
 
@@ -242,14 +242,20 @@ def test_bad_urls_are_clear_errors():
 
 
 def test_other_files_go_in_as_input_extra(llama_bin):
+    """The real server takes `extra` as `input_extra` (in its prompt: more tokens), and a warmup
+    with the same chunks leaves the slot's cache holding all of them for the completion after."""
     binary, gguf = llama_bin
     # the server gives extra chunks the context left beside one batch: a small batch leaves room
     s = LlamaServer(binary, gguf, "-b", "128", "-ub", "128").start()
     try:
         c = LlamaCpp(s.url)
         plain = c.complete("x = ", "\n", doc_key="e.py", max_new=1)
-        extra = "def helper():\n    return 42\n"
-        with_extra = c.complete("x = ", "\n", doc_key="e.py", max_new=1, extra_files=[("util.py", extra)])
-        assert with_extra.prompt_tokens >= plain.prompt_tokens + c.count_tokens(extra)
+        extra = (Chunk("util.py", "def helper():\n    return 42\n"), Chunk("pkg/io.py", "def read(path):\n    ...\n"))
+        with_extra = c.complete("x = ", "\n", doc_key="e.py", max_new=1, extra=extra)
+        assert with_extra.prompt_tokens >= plain.prompt_tokens + sum(c.count_tokens(x.text) for x in extra)
+        computed = c.warmup("y = ", "\n", doc_key="w.py", extra=extra)
+        after = c.complete("y = ", "\n", doc_key="w.py", max_new=1, extra=extra)
+        assert computed == after.prompt_tokens > 0
+        assert after.extra["tokens_cached"] >= after.prompt_tokens - 1 and after.prefill_tokens <= 1, after
     finally:
         s.kill()

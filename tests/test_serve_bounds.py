@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import msgpack
-from test_server import _env, start_server
+from test_serve import _env, start_server
 from websockets.asyncio.client import connect
 
 from completer.serve.workers import pool_size

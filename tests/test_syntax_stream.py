@@ -139,7 +139,7 @@ def holes(n: int) -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def shipped_serve():
-    from test_server import _env
+    from test_serve import _env
 
     p = subprocess.Popen([sys.executable, "-m", "completer.cli", "serve", "--port", "0", "--max-new-tokens", "48"],
                          stderr=subprocess.PIPE, text=True, env=_env())

@@ -4,7 +4,10 @@ The server builds the FIM prompt from the model's own FIM tokens (input_prefix, 
 `input_extra` chunks for other files). Each document gets its own slot (`id_slot`, a small LRU
 map over the server's slots) with `cache_prompt: true`, so the slot's KV cache follows the file
 and a keystroke only computes the tokens that changed; a warmup is the same request with
-`n_predict: 0`. Completions stream as SSE; the in-loop stop and `cancel` close the connection,
+`n_predict: 0`. Repository context (`extra`, client.Chunk) goes as `input_extra`
+[{filename, text}], which the server places before the prefix with the model's file separator
+(its own FIM template); the same chunks in the same order keep the slot's cache. The sampling
+options (temperature, top_p, seed) go with every request. Completions stream as SSE; the in-loop stop and `cancel` close the connection,
 which the server takes as a cancel (the slot stops generating).
 
     llama-server -m model.gguf --port 8012 [-np 4] [--api-key KEY]
@@ -15,19 +18,20 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from ..client import Completion, EngineError, StopText, prompt_budget
-from .transport import Http, TokenMemo, follow
+from ..client import Chunk, Completion, EngineError, StopText, prompt_budget
+from .transport import SAMPLING, Http, TokenMemo, follow, live_options
 
 STOP_TYPES = {"eos": "eos", "limit": "length", "word": "stop"}  # llama-server's stop_type → ours
 
 
 class LlamaCpp:
     def __init__(self, base: str, *, api_key: str | None = None, timeout_ms: int = 10000, retries: int = 2,
-                 max_new_tokens: int = 64, temperature: float = 0.0):
+                 max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0):
         self.http = Http(base, name="llama-server", api_key=api_key, timeout_ms=timeout_ms, retries=retries)
-        self.max_new_tokens, self.temperature = max_new_tokens, temperature
+        self.max_new_tokens, self.temperature, self.top_p, self.seed = max_new_tokens, temperature, top_p, seed
         self.ctx = 0          # per slot, from /props
         self.n_slots = 0
         self.model = ""
@@ -56,6 +60,14 @@ class LlamaCpp:
         self.http.broken = False
         return (time.perf_counter() - t0) * 1e3
 
+    def reconfigure(self, **values: Any) -> None:
+        """The options of `values` this client uses (engine_timeout_ms, engine_retries,
+        max_new_tokens, temperature, top_p, seed) apply from the next request on; the others are
+        the server's own (its model, slots, context) or the in-process engine's."""
+        self.http.reconfigure(**values)
+        for name, value in live_options(values, SAMPLING).items():
+            setattr(self, name, value)
+
     def _ready(self) -> None:
         """Read the server's setup before the first request, and again after a connection
         failed (it may have been restarted with another context size or slot count)."""
@@ -79,27 +91,25 @@ class LlamaCpp:
 
     # -- the engine API ----------------------------------------------------------------------
     def _body(self, prefix: str, suffix: str, doc_key: str, n_predict: int, stream: bool,
-              extra_files: list[tuple[str, str]] | None) -> dict:
+              extra: Sequence[Chunk]) -> dict:
         body = {"input_prefix": prefix, "input_suffix": suffix, "n_predict": n_predict,
                 "cache_prompt": True, "id_slot": self._slot(doc_key), "stream": stream,
-                "temperature": self.temperature}
-        if extra_files:
-            body["input_extra"] = [{"filename": name, "text": text} for name, text in extra_files]
+                "temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
+        if extra:
+            body["input_extra"] = [{"filename": c.path, "text": c.text} for c in extra]
         return body
 
     def complete(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
                  max_new: int | None = None, stop_text: StopText | None = None,
                  cancel: threading.Event | None = None, on_text: Callable[[str], None] | None = None,
                  node_kind: str | None = None, language: str | None = None,
-                 extra_files: list[tuple[str, str]] | None = None) -> Completion:
-        """As EngineClient.complete; `extra_files` [(filename, text)] go to the server as
-        `input_extra` context chunks."""
+                 extra: Sequence[Chunk] = ()) -> Completion:
         t0 = time.perf_counter()
         self._ready()
         if cancel is not None and cancel.is_set():
             return Completion("", stop_reason="cancelled")
         n = max_new or self.max_new_tokens
-        events = self.http.stream("/infill", self._body(prefix, suffix, doc_key, n, True, extra_files), cancel,
+        events = self.http.stream("/infill", self._body(prefix, suffix, doc_key, n, True, extra), cancel,
                                   done=lambda ev: bool(ev.get("stop")))
         text, last, why, ttft = follow(events, lambda ev: "" if ev.get("stop") else ev.get("content") or "",
                                        stop_text, on_text, cancel, t0, n)
@@ -122,10 +132,11 @@ class LlamaCpp:
                           extra={"tokens_cached": cached, "id_slot": self.slots.get(doc_key),
                                  "server_ms": {k: timings[k] for k in ("prompt_ms", "predicted_ms") if k in timings}})
 
-    def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default") -> int:
+    def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
+               extra: Sequence[Chunk] = ()) -> int:
         """Prefill the document's slot (`n_predict: 0`); returns the prompt tokens computed."""
         self._ready()
-        r = self.http.json("POST", "/infill", self._body(prefix, suffix, doc_key, 0, False, None))
+        r = self.http.json("POST", "/infill", self._body(prefix, suffix, doc_key, 0, False, extra))
         computed = int(((r.get("timings") or {}) if isinstance(r, dict) else {}).get("prompt_n", 0))
         self.counters["warmups"] += 1
         self.counters["prefill_tokens"] += computed

@@ -1,10 +1,13 @@
 """`OpenAI`: `/v1/completions` of any OpenAI-compatible server (vLLM, SGLang, llama-server, Ollama,
 our own `completer serve`) behind the `EngineClient` interface.
 
-The FIM prompt is built here from the model family's format (completer.engine.prompt.FIM_FORMATS;
+The FIM prompt is built here from the model family's format (completer.fim.FIM_FORMATS;
 `fim_format` names the family, "auto" reads it from the model name the server reports at
 /v1/models); "suffix" sends OpenAI's `suffix` field and lets the server build it (our
-`completer serve`, Ollama). Completions stream as SSE;
+`completer serve`, Ollama). Repository context (`extra`, client.Chunk) is rendered into the
+prompt by completer.fim (the family's file separators, else a path comment per chunk); in
+"suffix" mode it goes to our server as the optional `extra` field. The sampling options
+(temperature, top_p; seed when sampling) go with every request. Completions stream as SSE;
 the in-loop stop and `cancel` close the connection. The document key goes in `user`, which our
 server uses to keep the document's KV cache. The API key (`api_key`, else `COMPLETER_API_KEY`)
 is sent as `Authorization: Bearer` and nowhere else.
@@ -15,11 +18,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from ..client import Completion, EngineError, StopText, prompt_budget
-from ..engine.prompt import FIM_FORMATS, render
-from .transport import Http, Superseded, TokenMemo, follow
+from .. import fim
+from ..client import Chunk, Completion, EngineError, StopText, prompt_budget
+from ..fim import FIM_FORMATS
+from .transport import SAMPLING, Http, Superseded, TokenMemo, follow, live_options
 
 DEFAULT_CTX = 2048      # when the server does not say (vLLM says max_model_len, llama-server n_ctx_train)
 CHARS_PER_TOKEN = 3.0   # token estimate when the server has no /tokenize: errs towards more tokens
@@ -53,13 +58,13 @@ def fim_format_for(name: str, model: str, owned_by: str = "") -> str:
 class OpenAI:
     def __init__(self, base: str, *, api_key: str | None = None, model: str | None = None,
                  fim_format: str = "auto", timeout_ms: int = 10000, retries: int = 2,
-                 max_new_tokens: int = 64, temperature: float = 0.0):
+                 max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0):
         # requests go to {root}/v1/completions; /tokenize lives beside /v1, at the root
         self.api = "/v1"
         self.http = Http(base.rstrip("/").removesuffix("/v1"), name="the OpenAI-compatible server", api_key=api_key, timeout_ms=timeout_ms,
                          retries=retries)
         self.model, self.fim_name = model, fim_format
-        self.max_new_tokens, self.temperature = max_new_tokens, temperature
+        self.max_new_tokens, self.temperature, self.top_p, self.seed = max_new_tokens, temperature, top_p, seed
         self.fmt: str | None = None  # a FIM_FORMATS name or SERVER_FIM
         self.ctx = 0
         self.exact_tokens = False  # whether the server answered /tokenize
@@ -96,6 +101,14 @@ class OpenAI:
             self.exact_tokens = False
         return (time.perf_counter() - t0) * 1e3
 
+    def reconfigure(self, **values: Any) -> None:
+        """The options of `values` this client uses (engine_timeout_ms, engine_retries,
+        max_new_tokens, temperature, top_p, seed) apply from the next request on; the model and
+        its format (engine_model, fim_format) need a new client (config marks them reload)."""
+        self.http.reconfigure(**values)
+        for name, value in live_options(values, SAMPLING).items():
+            setattr(self, name, value)
+
     def _ready(self) -> None:
         if self.fmt is None:
             self.warm_start()
@@ -109,13 +122,19 @@ class OpenAI:
         return len(r["tokens"])
 
     # -- the engine API ----------------------------------------------------------------------
-    def _body(self, prefix: str, suffix: str, doc_key: str, max_tokens: int, stream: bool) -> dict:
-        body = {"model": self.model, "max_tokens": max_tokens, "temperature": self.temperature, "stream": stream,
-                "user": doc_key}
+    def _body(self, prefix: str, suffix: str, doc_key: str, max_tokens: int, stream: bool,
+              extra: Sequence[Chunk]) -> dict:
+        body = {"model": self.model, "max_tokens": max_tokens, "temperature": self.temperature,
+                "top_p": self.top_p, "stream": stream, "user": doc_key}
+        if self.temperature > 0:  # greedy needs no seed (and some servers reject one)
+            body["seed"] = self.seed
         if self.fmt == SERVER_FIM:
             body.update(prompt=prefix, suffix=suffix)
+            if extra:
+                body["extra"] = [{"path": c.path, "text": c.text} for c in extra]
         else:
-            body.update(prompt=render(self.fmt, prefix, suffix), stop=list(FIM_FORMATS[self.fmt].stops))
+            body.update(prompt=fim.render(self.fmt, prefix, suffix, extra),
+                        stop=list(FIM_FORMATS[self.fmt].stops))
         if stream:
             body["stream_options"] = {"include_usage": True}
         return body
@@ -123,13 +142,14 @@ class OpenAI:
     def complete(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
                  max_new: int | None = None, stop_text: StopText | None = None,
                  cancel: threading.Event | None = None, on_text: Callable[[str], None] | None = None,
-                 node_kind: str | None = None, language: str | None = None) -> Completion:
+                 node_kind: str | None = None, language: str | None = None,
+                 extra: Sequence[Chunk] = ()) -> Completion:
         t0 = time.perf_counter()
         self._ready()
         if cancel is not None and cancel.is_set():
             return Completion("", stop_reason="cancelled")
         n = max_new or self.max_new_tokens
-        events = self.http.stream(self.api + "/completions", self._body(prefix, suffix, doc_key, n, True),
+        events = self.http.stream(self.api + "/completions", self._body(prefix, suffix, doc_key, n, True, extra),
                                   cancel, done=lambda ev: False)  # until data: [DONE]
         finish: dict = {}
         usage: dict = {}
@@ -158,12 +178,13 @@ class OpenAI:
                           stop_reason=why or {"stop": "eos", "length": "length"}.get(finish.get("reason", ""), ""),
                           extra={"model": self.model, "fim_format": self.fmt, "tokens_cached": cached})
 
-    def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default") -> int:
+    def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
+               extra: Sequence[Chunk] = ()) -> int:
         """A one-token request (servers refuse `max_tokens: 0`): the server's prefix cache keeps
         the prompt. Returns the prompt tokens the server reports (0 if it does not)."""
         self._ready()
         try:
-            r = self.http.json("POST", self.api + "/completions", self._body(prefix, suffix, doc_key, 1, False))
+            r = self.http.json("POST", self.api + "/completions", self._body(prefix, suffix, doc_key, 1, False, extra))
         except Superseded:  # a completion for the document came meanwhile: it prefills anyway
             return 0
         usage = r.get("usage") if isinstance(r, dict) and isinstance(r.get("usage"), dict) else {}

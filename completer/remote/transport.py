@@ -33,6 +33,25 @@ MAX_BODY = 16 << 20     # bytes of one JSON answer (/v1/models, /tokenize of a l
 MAX_TOKEN_CHARS = 256   # characters one token may decode to, for the bound on a stream's text
 
 
+SAMPLING = ("max_new_tokens", "temperature", "top_p", "seed")  # options a remote request carries
+
+
+def live_options(values: dict, names: tuple[str, ...]) -> dict:
+    """The options among `values` that are in `names`, checked against the schema (config.py)
+    and in its types; the others are not the caller's to apply. Raises EngineError
+    ("bad_request") naming a value outside the schema."""
+    from ..config import OPTIONS, coerce
+
+    out = {}
+    for name in names:
+        if name in values:
+            ok, value = coerce(OPTIONS[name], values[name], values)
+            if not ok or value is None:
+                raise EngineError(code="bad_request", message=f"{name} = {values[name]!r} is not allowed")
+            out[name] = value
+    return out
+
+
 def read_limit(max_new: int) -> int:
     """Text events (≈ tokens) read from a stream asked for `max_new` tokens: a server that sends
     more ignored `max_tokens`/`n_predict`; the margin lets one split a token across events."""
@@ -75,11 +94,17 @@ class Http:
         self.path = u.path.rstrip("/")
         self.base = f"{u.scheme}://{u.netloc}{self.path}"
         self.name = name  # "llama-server", "the OpenAI-compatible server": used in messages
-        self.timeout = timeout_ms / 1e3
-        self.retries = retries
+        self.timeout, self.retries = timeout_ms / 1e3, retries
         self._api_key = api_key
         self.broken = False  # a connection failed since the client last read the server's setup
         self.counters = {"requests": 0, "errors": 0, "retries": 0, "cancelled_streams": 0}
+
+    def reconfigure(self, **values) -> None:
+        """engine_timeout_ms and engine_retries apply from the next request on."""
+        live = live_options(values, ("engine_timeout_ms", "engine_retries"))
+        if "engine_timeout_ms" in live:
+            self.timeout = live["engine_timeout_ms"] / 1e3
+        self.retries = live.get("engine_retries", self.retries)
 
     def _connect(self) -> http.client.HTTPConnection:
         cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection

@@ -10,6 +10,10 @@ Nothing the server sends is taken without a bound: a frame over MAX_FRAME closes
 (1009), and a request ends at its deadline (`timeout_ms` from its start: an error) or after more
 chunks than its `max_new` tokens can make (`read_limit`: "length"), cancelling it on the server.
 
+Repository context (`extra`, client.Chunk) goes in the complete and warmup frames as `extra`
+[{path, text}]. The options a request carries (max_new_tokens, temperature, top_p) are sent once
+set (by `connect`'s options or `reconfigure`), else the server's own apply.
+
 count_tokens is exact when the server's tokenizer file is readable on this machine (the server
 reports its model path), otherwise approximate: len(text) / the server's measured characters
 per token.
@@ -20,15 +24,16 @@ import itertools
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import msgpack
 
 from .. import errors
-from ..client import Completion, EngineError, StopText, prompt_budget
-from .transport import BACKOFF_MAX_S, BACKOFF_S, read_limit
+from ..client import Chunk, Completion, EngineError, StopText, prompt_budget
+from .transport import BACKOFF_MAX_S, BACKOFF_S, live_options, read_limit
 
 _CLOSED = object()
 MAX_FRAME = 4 << 20  # bytes of one frame from the server: a done frame is a few KB
@@ -49,6 +54,17 @@ class WsEngine:
         self._tok = None
         self._closed_why = ""  # why the last connection closed (shown in the error of a request it cut)
         self.counters = {"requests": 0, "errors": 0, "connects": 0, "reconnects": 0}
+        self.sent: dict[str, Any] = {}  # max_new_tokens, temperature, top_p once set: sent in every complete
+
+    def reconfigure(self, **values: Any) -> None:
+        """engine_timeout_ms, engine_retries, max_new_tokens, temperature and top_p apply from the
+        next request on; the rest are the server's own (its models, its engine options)."""
+        live = live_options(values, ("engine_timeout_ms", "engine_retries", "max_new_tokens", "temperature",
+                                     "top_p"))
+        if "engine_timeout_ms" in live:
+            self.timeout = live.pop("engine_timeout_ms") / 1e3
+        self.retries = live.pop("engine_retries", self.retries)
+        self.sent.update(live)
 
     # -- connection ------------------------------------------------------------------------
     def _conn(self):
@@ -159,7 +175,8 @@ class WsEngine:
     def complete(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
                  max_new: int | None = None, stop_text: StopText | None = None,
                  cancel: threading.Event | None = None, on_text: Callable[[str], None] | None = None,
-                 node_kind: str | None = None, language: str | None = None) -> Completion:
+                 node_kind: str | None = None, language: str | None = None,
+                 extra: Sequence[Chunk] = ()) -> Completion:
         """As EngineClient.complete. `cancel` sends a cancel frame; `stop_text` is applied here to
         the streamed text (a cut cancels the rest on the server)."""
         deadline = time.monotonic() + self.timeout
@@ -168,9 +185,11 @@ class WsEngine:
         q: queue.Queue = queue.Queue()
         self._waiters[rid] = q
         frame = {"type": "complete", "id": rid, "doc": doc_key, "prefix": prefix, "suffix": suffix,
-                 "stream": on_text is not None or stop_text is not None}
+                 "stream": on_text is not None or stop_text is not None, **self.sent}
         if max_new is not None:
             frame["max_new_tokens"] = max_new
+        if extra:
+            frame["extra"] = _chunks(extra)
         if language is not None:
             frame["language"] = language
         if node_kind is not None:
@@ -179,7 +198,7 @@ class WsEngine:
         text, cut, cancelled, chunks = "", None, False, 0
         try:
             self._send(frame)
-            limit = read_limit(max_new or int(self.info.get("max_new_tokens") or 64))
+            limit = read_limit(frame.get("max_new_tokens") or int(self.info.get("max_new_tokens") or 64))
             while True:
                 if cancel is not None and cancel.is_set() and not cancelled:
                     cancelled = True
@@ -222,10 +241,16 @@ class WsEngine:
         finally:
             self._waiters.pop(rid, None)
 
-    def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default") -> int:
+    def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
+               extra: Sequence[Chunk] = ()) -> int:
         """Ask the service to prefill this document; it runs at low priority there and is not
         answered, so this returns 0 (the tokens computed are not known here)."""
-        self._send({"type": "warmup", "doc": doc_key, "prefix": prefix, "suffix": suffix})
+        frame = {"type": "warmup", "doc": doc_key, "prefix": prefix, "suffix": suffix}
+        if "max_new_tokens" in self.sent:  # the prompt budget of the complete that follows
+            frame["max_new_tokens"] = self.sent["max_new_tokens"]
+        if extra:
+            frame["extra"] = _chunks(extra)
+        self._send(frame)
         return 0
 
     def forget(self, doc_key: str) -> None:
@@ -249,12 +274,17 @@ class WsEngine:
     def prompt_budget(self, max_new: int | None = None) -> int:
         """The shared rule from the server's ctx and draft length."""
         self._conn()
-        return prompt_budget(int(self.info["ctx"]), max_new or int(self.info["max_new_tokens"]),
+        max_new = max_new or self.sent.get("max_new_tokens") or int(self.info["max_new_tokens"])
+        return prompt_budget(int(self.info["ctx"]), max_new,
                              int(self.info["max_draft_len"]))
 
     def stats(self) -> dict:
         return {"engine": "ws", "url": self.url, "connected": self._ws is not None,
                 "model": self.info.get("target"), **self.counters}
+
+
+def _chunks(extra: Sequence[Chunk]) -> list[dict]:
+    return [{"path": c.path, "text": c.text} for c in extra]
 
 
 def _local_tokenizer(model_path: str | None):

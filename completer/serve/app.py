@@ -1,7 +1,7 @@
 """`completer serve`: the engine as a service for web editors, shared language servers and
 OpenAI-compatible tools, on one host:port (aiohttp: HTTP and WebSocket on one server).
 
-  /ws                 WebSocket + msgpack (protocol.py, docs/websocket.md)
+  /ws                 WebSocket + msgpack (ws.py, protocol.py, docs/websocket.md)
   /v1/completions     OpenAI-compatible completions, /v1/models (openai.py)
   /metrics, /health   Prometheus text (metrics.py), readiness
 
@@ -23,35 +23,26 @@ import signal
 import sys
 import threading
 import traceback
-import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 
-from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp import WSCloseCode, web
 
 from .. import errors, netguard, pipeline
 from ..client import Completion, EngineError
 from ..config import ServeConfig
-from . import openai, protocol
+from ..documents import language_for, parse_snapshot
+from . import openai, protocol, ws
 from .metrics import Metrics
-from .protocol import BadRequest, FrameError, Job, Refused, error, pack
+from .protocol import Job, Refused
 from .workers import Workers, pool_size
 
 SHUTDOWN_S = 5.0  # on SIGINT/SIGTERM, how long answers in progress get to end (a cancelled generation stops within one step)
 
 
-@dataclass(eq=False)
-class Conn:
-    """One WebSocket connection."""
-    ws: web.WebSocketResponse
-    id: str
-    authed: bool
-    inflight: dict = field(default_factory=dict)   # request id → threading.Event (its cancel)
-    docs: set = field(default_factory=set)         # documents it used: forgotten when it closes
-    tasks: set = field(default_factory=set)        # its running completions
+class EngineService:
+    """The engine behind every endpoint: its loading, the worker pool, one completion or warmup
+    for either endpoint, and shutdown."""
 
-
-class Service:
     def __init__(self, cfg: ServeConfig, make_engine: Callable[[], object]):
         self.cfg = cfg
         self.make_engine = make_engine
@@ -64,12 +55,10 @@ class Service:
         self.loader: threading.Thread | None = None  # loads the models (native code: see run())
         self.stopping = False  # SIGINT/SIGTERM: what runs is cancelled, what waits is refused
         self.cancels: set[threading.Event] = set()  # of the completions in progress
-        self.conns: set[Conn] = set()
+        self.conns: set[ws.Conn] = set()
         self.request_ms = 100.0  # moving average of a completion's time: the retry hint
         self.metrics = Metrics(lambda: self.engine.stats() if self.ready else None, lambda: self.ready)
-        self.handlers = {"hello": self._hello, "ping": self._ping, "complete": self._complete,
-                         "warmup": self._warmup, "cancel": self._cancel, "feedback": self._feedback,
-                         "forget": self._forget}
+        self.version = _version()
 
     # -- models ----------------------------------------------------------------------------
     def load(self) -> None:
@@ -176,19 +165,38 @@ class Service:
         """The syntax-aware pipeline when a language is given, else the plain engine (a worker thread)."""
         if job.language:
             return pipeline.complete_at(self.engine, job.prefix + job.suffix, len(job.prefix), language=job.language,
-                                        doc_key=job.doc_key,
-                                        options=pipeline.CompletionOptions(max_new_tokens=job.max_new),
-                                        cancel=cancel, on_text=on_text)
+                                        doc_key=job.doc_key, options=pipeline.CompletionOptions(max_new_tokens=job.max_new),
+                                        cancel=cancel, on_text=on_text, **_extra(job))
         base = self.engine.sampling
         sampling = dataclasses.replace(base, temperature=base.temperature if job.temperature is None else job.temperature,
                                        top_p=base.top_p if job.top_p is None else job.top_p)
         c = self.engine.complete(job.prefix, job.suffix, doc_key=job.doc_key, max_new=job.max_new,
                                  stop_text=protocol.stop_text(job.stop) if job.stop else None,
-                                 cancel=cancel, on_text=on_text, node_kind=job.node_kind, sampling=sampling)
+                                 cancel=cancel, on_text=on_text, node_kind=job.node_kind, sampling=sampling,
+                                 **_extra(job))
         if job.usage and c.extra.get("type_through"):  # served without the model: count what it stands for
             c.prompt_tokens = len(self.engine.fim_prompt(job.prefix, job.suffix, job.max_new))
             c.new_tokens = self.engine.count_tokens(c.text)
         return c
+
+    def warmup(self, job: Job) -> None:
+        """Prefill the prompt `job` would use as a completion (through the syntax layer when it
+        names a language, as `complete` does), at low priority in a worker; best effort: counted
+        in the metrics, not answered. A newer warmup replaces one still waiting."""
+        def work():
+            try:
+                if job.language:
+                    snap = parse_snapshot(job.prefix + job.suffix, language_for(job.language))
+                    pipeline.warmup_at(self.engine, snap, len(job.prefix), doc_key=job.doc_key,
+                                       options=pipeline.CompletionOptions(max_new_tokens=job.max_new), **_extra(job))
+                else:
+                    self.engine.warmup(job.prefix, job.suffix, doc_key=job.doc_key, **_extra(job))
+                self.metrics.requests.labels("warmup", "ok").inc()
+            except Exception:  # noqa: BLE001 - a warmup is best effort: counted, not answered
+                self.metrics.requests.labels("warmup", "error").inc()
+
+        if not self.workers.warm(work):  # it replaced one still waiting
+            self.metrics.requests.labels("warmup", "dropped").inc()
 
     def _refusal(self, e: EngineError) -> Refused:
         """An engine's error as the service's answer."""
@@ -205,7 +213,7 @@ class Service:
         app = web.Application(client_max_size=self.cfg.max_frame_bytes, middlewares=[self._guard])
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics_page)
-        app.router.add_get("/ws", self.websocket)
+        app.router.add_get("/ws", functools.partial(ws.websocket, self))
         app.router.add_post("/v1/completions", functools.partial(openai.completions, self))
         app.router.add_get("/v1/models", functools.partial(openai.models, self))
         app.router.add_get("/v1/models/{id:.+}", functools.partial(openai.model, self))
@@ -257,139 +265,10 @@ class Service:
         body, ctype = self.metrics.text()
         return web.Response(body=body, headers={"Content-Type": ctype})
 
-    # -- WebSocket -------------------------------------------------------------------------
-    async def websocket(self, request: web.Request) -> web.StreamResponse:
-        token = self.token(request)
-        if token is False:
-            return web.Response(status=401, text="wrong token\n")
-        # Frames above max_frame_bytes get an error frame; past 4x that the library closes the
-        # connection (1009) rather than buffer an unbounded message.
-        ws = web.WebSocketResponse(max_msg_size=4 * self.cfg.max_frame_bytes, compress=False)
-        if not ws.can_prepare(request):
-            return web.Response(status=426, text="expected a WebSocket upgrade\n", headers={"Upgrade": "websocket"})
-        await ws.prepare(request)
-        conn = Conn(ws, uuid.uuid4().hex[:12], authed=self.cfg.token is None or bool(token))
-        self.conns.add(conn)
-        try:
-            async for m in ws:
-                if m.type not in (WSMsgType.BINARY, WSMsgType.TEXT):
-                    break  # an error the library closed the connection for (1009, 1007)
-                reply = self.frame(conn, m.data)
-                if reply is not None:
-                    await ws.send_bytes(pack(reply))
-        except ConnectionError:
-            pass  # the peer went away mid-send: nothing left to answer
-        finally:
-            self.conns.discard(conn)
-            for ev in conn.inflight.values():
-                ev.set()
-            if self.ready:
-                for doc in conn.docs:
-                    self.engine.forget(self._doc_key(conn, doc))
-        return ws
-
-    def frame(self, conn: Conn, message: bytes | str) -> dict | None:
-        """Parse and dispatch one frame → the reply frame, if one is due now."""
-        try:
-            msg = protocol.unpack(message, self.cfg.max_frame_bytes)
-        except FrameError as e:
-            return error(None, e.code, str(e))
-        typ, id_ = msg["type"], protocol.frame_id(msg)
-        try:
-            if typ != "hello" and not conn.authed:
-                return error(id_, "unauthorized", "send a hello frame with the token first")
-            if typ not in self.handlers:
-                return error(id_, "unknown_type", f"unknown frame type {typ!r}")
-            return self.handlers[typ](conn, protocol.fields(msg))
-        except BadRequest as e:
-            return error(id_, "bad_request", str(e))
-        except Exception as e:  # noqa: BLE001 - the connection must survive our bugs too
-            traceback.print_exc()
-            return error(id_, "internal", f"{type(e).__name__}: {e}")
-
-    def _doc_key(self, conn: Conn, doc: str) -> str:
-        return f"{conn.id}:{doc}"  # documents of different connections never share a slot
-
-    def _hello(self, conn: Conn, f: dict) -> dict:
-        if self.cfg.token is not None and not conn.authed:
-            if not netguard.token_matches(f["token"], self.cfg.token):
-                return error(None, "unauthorized", "wrong or missing token")
-            conn.authed = True
-        return {"type": "hello", "server": "completer", "version": _version(), "protocol": protocol.PROTOCOL_VERSION,
-                "model": self.model_info, "ready": self.ready}
-
-    def _ping(self, conn: Conn, f: dict) -> dict:
-        return {"type": "pong"}
-
-    def _complete(self, conn: Conn, f: dict) -> dict | None:
-        id_, max_new = f["id"], f["max_new_tokens"]
-        if not self.ready:
-            return error(id_, "not_ready", "models are still loading; retry when /health says ready",
-                         self.retry_after_ms())
-        if max_new is not None and not 1 <= max_new <= self.engine.ctx // 2:
-            raise BadRequest(f'"max_new_tokens" must be in 1..{self.engine.ctx // 2}', "max_new_tokens")
-        if id_ in conn.inflight:
-            raise BadRequest(f"request id {id_!r} is already in flight", "id")
-        if len(conn.inflight) >= self.cfg.max_inflight:
-            return error(id_, "overloaded", f"{len(conn.inflight)} requests in flight on this connection",
-                         self.retry_after_ms())
-        job = Job(self._doc_key(conn, f["doc"]), f["prefix"], f["suffix"] or "", f["language"], max_new,
-                  f["node_kind"], stream=f["stream"] is not False)
-        conn.docs.add(f["doc"])
-        conn.inflight[id_] = cancel = threading.Event()
-        task = asyncio.get_running_loop().create_task(self._answer(conn, id_, job, cancel))
-        conn.tasks.add(task)
-        task.add_done_callback(conn.tasks.discard)
-        return None
-
-    async def _answer(self, conn: Conn, id_, job: Job, cancel: threading.Event) -> None:
-        send = conn.ws.send_bytes
-        try:
-            try:
-                c, cancelled = await self.complete(job, cancel, lambda d: send(pack({"type": "chunk", "id": id_,
-                                                                                      "text": d})), "complete")
-            except Refused as e:
-                await send(pack(error(id_, e.code, e.message, e.retry_after_ms)))
-                return
-            stats = {k: v for k, v in c.to_json().items() if k not in ("text", "token_ids")}
-            await send(pack({"type": "done", "id": id_, "text": c.text, "cancelled": cancelled, "stats": stats}))
-        except ConnectionError:
-            cancel.set()  # the connection closed under us
-        finally:
-            conn.inflight.pop(id_, None)
-
-    def _warmup(self, conn: Conn, f: dict) -> dict | None:
-        if not self.ready:
-            return error(None, "not_ready", "models are still loading", self.retry_after_ms())
-        conn.docs.add(f["doc"])
-        key = self._doc_key(conn, f["doc"])
-
-        def work():
-            try:
-                self.engine.warmup(f["prefix"], f["suffix"] or "", doc_key=key)
-                self.metrics.requests.labels("warmup", "ok").inc()
-            except Exception:  # noqa: BLE001 - a warmup is best effort: counted, not answered
-                self.metrics.requests.labels("warmup", "error").inc()
-
-        if not self.workers.warm(work):  # it replaced one still waiting
-            self.metrics.requests.labels("warmup", "dropped").inc()
-        return None
-
-    def _cancel(self, conn: Conn, f: dict) -> None:
-        ev = conn.inflight.get(f["id"])
-        if ev is not None:
-            ev.set()
-
-    # feedback and forget take the engine's locks only briefly: run here, so later frames see them
-    def _feedback(self, conn: Conn, f: dict) -> None:
-        if self.ready:
-            self.engine.feedback(self._doc_key(conn, f["doc"] or ""), f["text"] or "", f["accepted"],
-                                 f["accepted_chars"])
-
-    def _forget(self, conn: Conn, f: dict) -> None:
-        conn.docs.discard(f["doc"])
-        if self.ready:
-            self.engine.forget(self._doc_key(conn, f["doc"]))
+def _extra(job: Job) -> dict:
+    """`extra=` for the engine and the pipeline only when the request has chunks: the in-process
+    Engine takes the parameter once issue 22's engine part lands (client.EngineClient has it)."""
+    return {"extra": job.extra} if job.extra else {}
 
 
 async def _cors(request: web.Request, response: web.StreamResponse) -> None:
@@ -409,7 +288,7 @@ def _version() -> str:
         return "0+unknown"
 
 
-async def _serve(service: Service) -> int:
+async def _serve(service: EngineService) -> int:
     cfg, loop = service.cfg, asyncio.get_running_loop()
     stop, loaded = loop.create_future(), loop.create_future()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -444,7 +323,7 @@ async def _serve(service: Service) -> int:
 def run(cfg: ServeConfig, make_engine: Callable[[], object]) -> int:
     """Serve until SIGINT/SIGTERM → the exit code (2: the port cannot be bound, or the models
     failed to load). `make_engine` builds the local Engine (called in a worker thread)."""
-    service = Service(cfg, make_engine)
+    service = EngineService(cfg, make_engine)
     try:
         code = asyncio.run(_serve(service))
     except OSError as e:  # the port is taken, the host does not resolve

@@ -20,12 +20,13 @@ from aiohttp import web
 
 from .. import errors
 from ..wellformed import well_formed
-from .protocol import BadRequest, Job, Refused, check, first_stop
+from .protocol import BadRequest, Job, Refused, check, chunks, first_stop
 
 # field → accepted types; other fields are ignored, as OpenAI-compatible servers do
 FIELDS = {"prompt": (str, list), "suffix": (str,), "max_tokens": (int,), "temperature": (int, float),
           "top_p": (int, float), "stop": (str, list), "stream": (bool,), "n": (int,), "user": (str,),
-          "model": (str,), "echo": (bool,), "logprobs": (int,), "best_of": (int,), "stream_options": (dict,)}
+          "model": (str,), "echo": (bool,), "logprobs": (int,), "best_of": (int,), "stream_options": (dict,),
+          "extra": (list,)}  # ours: repository context [{path, text}] (docs/remote.md)
 MAX_STOPS = 16  # FIM clients send 6-9 (one per file separator and special token)
 
 
@@ -112,6 +113,7 @@ def parse(body: bytes, ctx: int) -> dict:
     f["stop"] = tuple(well_formed(s) for s in stops if s)
     options = f["stream_options"] or {}
     f["include_usage"] = check(options, "include_usage", (bool,)) or False
+    f["extra"] = chunks(f["extra"])
     return f
 
 
@@ -133,7 +135,8 @@ async def completions(service, request: web.Request) -> web.StreamResponse:
     user = f["user"]
     doc_key = f"openai:{user}" if user is not None else f"openai:-{uuid.uuid4().hex}"  # one-off: forgotten after
     job = Job(doc_key, f["prompt"], f["suffix"] or "", max_new=f["max_tokens"], stop=f["stop"],
-              stream=bool(f["stream"]), temperature=f["temperature"], top_p=f["top_p"], usage=True)
+              stream=bool(f["stream"]), temperature=f["temperature"], top_p=f["top_p"], usage=True,
+              extra=f["extra"])
     head = {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion", "created": int(time.time()),
             "model": service.model_id}
     cancel = threading.Event()

@@ -7,10 +7,13 @@ from dataclasses import dataclass
 
 import msgpack
 
-from ..client import StopText
+from ..client import Chunk, StopText
 from ..wellformed import well_formed
 
 PROTOCOL_VERSION = "1"
+MAX_CHUNKS = 64            # repository-context chunks in one request (a prompt holds a few to a dozen)
+MAX_CHUNK_BYTES = 256 << 10  # UTF-8 bytes of all chunks' paths and texts together (a 32k context is ~128 KB)
+MAX_PATH_CHARS = 4096
 
 ID = (int, str)
 # frame type → {field: (accepted types, required)}; other fields are ignored
@@ -19,9 +22,10 @@ FRAMES: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "ping": {},
     "complete": {"id": (ID, True), "doc": ((str,), True), "prefix": ((str,), True), "suffix": ((str,), False),
                  "language": ((str,), False), "max_new_tokens": ((int,), False), "stream": ((bool,), False),
-                 "node_kind": ((str,), False)},
+                 "node_kind": ((str,), False), "extra": ((list,), False), "temperature": ((int, float), False),
+                 "top_p": ((int, float), False)},
     "warmup": {"doc": ((str,), True), "prefix": ((str,), True), "suffix": ((str,), False),
-               "language": ((str,), False)},
+               "language": ((str,), False), "max_new_tokens": ((int,), False), "extra": ((list,), False)},
     "cancel": {"id": (ID, True)},
     "feedback": {"id": (ID, True), "accepted": ((bool,), True), "accepted_chars": ((int,), False),
                  "doc": ((str,), False), "text": ((str,), False)},
@@ -69,6 +73,7 @@ class Job:
     temperature: float | None = None  # this request's sampling (plain engine only); None: the engine's
     top_p: float | None = None
     usage: bool = False            # count the tokens of a type-through answer too (OpenAI's `usage`)
+    extra: tuple[Chunk, ...] = ()  # repository context: chunks of other files, rendered before the prefix
 
 
 def pack(msg: dict) -> bytes:
@@ -125,6 +130,44 @@ def check(msg: dict, name: str, types: tuple[type, ...], required: bool = False)
         names = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
         raise BadRequest(f'field "{name}" must be {names}, not {type(v).__name__}', name)
     return well_formed(v) if isinstance(v, str) else v
+
+
+def option(f: dict, name: str):
+    """Field `name` of checked fields `f` within the bounds of the engine option of that name
+    (config.py), or None when absent. Raises BadRequest."""
+    from ..config import OPTIONS, coerce
+
+    if f[name] is None:
+        return None
+    ok, value = coerce(OPTIONS[name], f[name])
+    if not ok:
+        raise BadRequest(f'"{name}" = {f[name]!r} is outside the option\'s range (completer options)', name)
+    return value
+
+
+def chunks(value: list | None, name: str = "extra") -> tuple[Chunk, ...]:
+    """The `extra` field of a request (a list of {path, text} maps) as Chunks, within MAX_CHUNKS
+    and MAX_CHUNK_BYTES. Raises BadRequest naming the field and the chunk."""
+    if value is None:
+        return ()
+    if len(value) > MAX_CHUNKS:
+        raise BadRequest(f'"{name}" has {len(value)} chunks; at most {MAX_CHUNKS}', name)
+    out, size = [], 0
+    for i, item in enumerate(value):
+        where = f"{name}[{i}]"
+        if not isinstance(item, dict):
+            raise BadRequest(f'"{where}" must be a map {{path, text}}, not {type(item).__name__}', name)
+        try:
+            path, text = check(item, "path", (str,), True), check(item, "text", (str,), True)
+        except BadRequest as e:
+            raise BadRequest(f'"{where}": {e}', name) from None
+        if not path or len(path) > MAX_PATH_CHARS:
+            raise BadRequest(f'"{where}.path" must be 1..{MAX_PATH_CHARS} characters', name)
+        size += len(path.encode()) + len(text.encode())
+        if size > MAX_CHUNK_BYTES:
+            raise BadRequest(f'"{name}" holds more than {MAX_CHUNK_BYTES >> 10} KiB of text (at {where})', name)
+        out.append(Chunk(path, text))
+    return tuple(out)
 
 
 def first_stop(text: str, stops: tuple[str, ...]) -> int | None:

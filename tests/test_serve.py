@@ -20,6 +20,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from completer.serve import protocol
+
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -99,6 +101,55 @@ async def test_streams_a_completion(server):
         st = again["stats"]  # through the syntax layer (language given): its decisions come along, flat
         assert st["gate"] and st["node_kind"] == "return_statement" and st["language"] == "python"
         assert st["type_through"] or st["prefill_tokens"] <= 3
+
+
+# a file longer than the tiny pair's 256-token context: the syntax layer's window differs from the raw text
+LONG = "".join(f"def f{i}(x):\n    return x * {i}\n\n\n" for i in range(40))
+LONG_PREFIX, LONG_SUFFIX = LONG + "def total(xs):\n    return ", "\n\n\nprint(total([1, 2]))\n"
+
+
+async def _warm(ws, server: str, frame: dict) -> None:
+    """Send a warmup frame (not answered) and wait until the server counts it done."""
+    name = 'completer_requests_total{kind="warmup",outcome="ok"}'
+    before = metric(await asyncio.to_thread(metrics, server), name)
+    await ws.send(msgpack.packb(frame))
+    while metric(await asyncio.to_thread(metrics, server), name) == before:
+        await asyncio.sleep(0.02)
+
+
+async def test_a_warmup_with_a_language_leaves_the_prompt_the_complete_uses(server):
+    """The warmup goes through the syntax layer like the complete that follows: the complete
+    finds its whole prompt cached. The raw prefix/suffix (no language) leaves another prompt."""
+    async with connect(f"ws://{server}/ws", additional_headers=AUTH) as ws:
+        prefills = {}
+        for doc, language in (("raw.py", None), ("syntax.py", "python")):
+            warm = {"type": "warmup", "doc": doc, "prefix": LONG_PREFIX, "suffix": LONG_SUFFIX}
+            await _warm(ws, server, {**warm, "language": language} if language else warm)
+            _, done = await run(ws, {"type": "complete", "id": doc, "doc": doc, "prefix": LONG_PREFIX,
+                                     "suffix": LONG_SUFFIX, "language": "python", "stream": False})
+            assert done["type"] == "done" and done["stats"]["gate"] != "empty", done
+            prefills[doc] = done["stats"]["prefill_tokens"]
+    assert prefills["syntax.py"] <= 1 and prefills["raw.py"] > 32, prefills
+
+
+async def test_repository_context_in_frames_is_bounded(server):
+    """`extra` [{path, text}]: checked and bounded, each mistake a bad_request naming it."""
+    base = {"type": "complete", "doc": "x.py", "prefix": "x = ", "stream": False}
+    async with connect(f"ws://{server}/ws", additional_headers=AUTH) as ws:
+        for i, (extra, words) in enumerate((
+                ("util.py", "must be a list"),
+                (["util.py"], 'extra[0]" must be a map'),
+                ([{"path": "util.py"}], 'extra[0]": missing field "text"'),
+                ([{"path": "", "text": "x"}], "extra[0].path"),
+                ([{"path": 7, "text": "x"}], 'field "path" must be a string'),
+                ([{"path": "a.py", "text": ""}] * (protocol.MAX_CHUNKS + 1), f"at most {protocol.MAX_CHUNKS}"))):
+            for frame in ({**base, "id": i, "extra": extra}, {"type": "warmup", "doc": "x.py", "prefix": "x",
+                                                              "extra": extra}):
+                err = await ask(ws, frame)
+                assert err["type"] == "error" and err["code"] == "bad_request" and words in err["message"], err
+        err = await ask(ws, {**base, "id": "t", "temperature": 99})
+        assert err["code"] == "bad_request" and "temperature" in err["message"]
+        assert await ask(ws, {"type": "ping"}) == {"type": "pong"}
 
 
 async def test_cancel_and_supersede(server):
@@ -339,9 +390,9 @@ async def test_health_is_503_while_loading():
     from aiohttp import web
 
     from completer.config import ServeConfig
-    from completer.serve.app import Service
+    from completer.serve.app import EngineService
 
-    runner = web.AppRunner(Service(ServeConfig(), make_engine=lambda: None).app())
+    runner = web.AppRunner(EngineService(ServeConfig(), make_engine=lambda: None).app())
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     port = runner.addresses[0][1]
