@@ -1,7 +1,7 @@
 """`TypeThrough`: client-side type-through for the remote engines that do not do it themselves
-(llama-server, OpenAI-compatible servers; our `completer serve` does it in its engine). When the
-new prefix is the old one plus the beginning of the document's last completion (same suffix),
-the rest of that completion is returned without a request."""
+(llama-server, OpenAI-compatible servers; our `completer serve` does it in its engine): the rule
+of completer/typethrough.py applied to the last completion of each document, whose rest is
+returned without a request."""
 from __future__ import annotations
 
 import threading
@@ -98,8 +98,8 @@ class TypeThrough:
 
 
 def _typed_rest(old: tuple[str, str, str], prefix: str, suffix: str) -> str:
-    """What remains of the old completion after the characters typed since (completer.typethrough's
-    rule), or "" if the user typed something else (or all of it)."""
+    """What remains of the old completion (prefix, suffix, text) after the characters typed
+    since, or "" when this request is not the old one plus typing into it."""
     old_prefix, old_suffix, text = old
     typed = typethrough.typed(old_prefix, old_suffix, prefix, suffix)
     return "" if typed is None else typethrough.rest(text, typed)
