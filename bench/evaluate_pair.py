@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from completer.engine.drafters import AdaptiveK, ModelDrafter
     from completer.engine.engine import Engine, EngineConfig
-    from completer.engine.runners import make_runner
+    from completer.engine.runner_factory import make_runner
     from completer.engine.sampling import Sampling
     from completer.engine.speculative import generate
 

@@ -24,10 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from completer.degenerate import find
 from completer.documents import parse_snapshot
 from completer.pipeline import CompletionOptions, complete_at, make_engine
 from completer.syntax import SyntaxOptions
+from completer.syntax.degenerate import find
 from completer.syntax.postprocess import error_count
 from completer.syntax.stop import SEEN_CHARS
 from draft_models.data import corpus_files, read_source
@@ -124,7 +124,7 @@ def score(hole: dict, insert: str) -> dict:
 
 
 def is_degenerate(hole: dict, insert: str) -> bool:
-    """The shown text judged by the stop's own detector (completer/degenerate.py) with the same
+    """The shown text judged by the stop's own detector (completer/syntax/degenerate.py) with the same
     context the stop had: the cursor's line, the line above it and the document around."""
     text, off = hole["text"], hole["offset"]
     s = text.rfind("\n", 0, off) + 1

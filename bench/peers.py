@@ -145,8 +145,10 @@ class Server:
 def ours(model_dir: Path | None, spec: str, speculative: bool, device: str):
     """A method: our engine's runner (and, for the default, its drafters) on one prompt →
     (decode ms/token, prefill tokens/s, end-to-end ms). `spec`: [DTYPE:]QUANT[@DECODE_THREADS]."""
+    from completer.engine.caches import DocCache as Slot
+    from completer.engine.calibrate import measure_step_costs
     from completer.engine.drafters import CombinedDrafter, ModelDrafter
-    from completer.engine.engine import Engine, EngineConfig, Slot
+    from completer.engine.engine import Engine, EngineConfig
     from completer.engine.speculative import generate
 
     spec, _, threads = spec.partition("@")
@@ -154,7 +156,7 @@ def ours(model_dir: Path | None, spec: str, speculative: bool, device: str):
     eng = Engine(EngineConfig(target=None if model_dir is None else str(model_dir), quant=quant,
                               dtype=dtype or "auto", device=device, decode_threads=int(threads or 1),
                               drafter="combined" if speculative else "none", max_draft_len=8))
-    eng.step_costs = eng.measure_step_costs()  # what warm_start does: the adaptive k plans with it
+    eng.step_costs = measure_step_costs(eng.pair, eng.ctx, eng.cfg)  # what warm_start does: the adaptive k plans with it
 
     k = Slot(eng).k  # one adaptive draft length across prompts, as the engine keeps one per document
 

@@ -39,7 +39,7 @@ def main() -> int:
     from completer.engine.engine import Engine, EngineConfig
     from completer.engine.models import ModelError, load_model, resolve_device
     from completer.engine.quant import model_bytes
-    from completer.engine.runners import make_runner
+    from completer.engine.runner_factory import make_runner
     from completer.engine.sampling import Sampling
     from completer.engine.speculative import generate
     from draft_models import DEFAULT_TARGET

@@ -45,6 +45,7 @@ def main() -> int:
         torch.set_num_threads(a.threads)
     from transformers import AutoModelForCausalLM
 
+    from completer.engine.calibrate import measure_step_costs
     from completer.engine.drafters import (
         AdaptiveK,
         CombinedDrafter,
@@ -52,7 +53,7 @@ def main() -> int:
         NgramDrafter,
     )
     from completer.engine.engine import Engine, EngineConfig
-    from completer.engine.runners import make_runner
+    from completer.engine.runner_factory import make_runner
     from completer.engine.sampling import Sampling
     from completer.engine.speculative import generate
     from draft_models import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -70,7 +71,7 @@ def main() -> int:
     V = eng.pair.target.embed.shape[0] if hasattr(eng.pair.target, "embed") else hf_t.config.vocab_size
 
     c = _step_ratio(eng, make_runner, prompts[0])
-    eng.step_costs = costs = eng.measure_step_costs(reps=5)  # what the adaptive k plans with
+    eng.step_costs = costs = measure_step_costs(eng.pair, eng.ctx, eng.cfg, reps=5)  # what the adaptive k plans with
 
     def ours(drafter_kind: str, fixed_k: int | None = None):
         # adaptive: one schedule for the whole run, as the engine keeps one per document

@@ -30,7 +30,7 @@ def _spin(stop) -> None:
 
 def _runner(a, threads: int):
     from completer.engine.models import load_pair
-    from completer.engine.runners import make_runner
+    from completer.engine.runner_factory import make_runner
 
     pair = load_pair(a.target, None, device="cpu", quant=a.quant)  # no target: the embedded pair
     return pair, make_runner(pair.target, PROMPT + 64, True, threads)
@@ -58,7 +58,7 @@ def main() -> int:
     torch.set_num_threads(2)
     from completer.engine.np_runner import NumpyRunner
     from completer.engine.runner import LlamaRunner
-    from completer.engine.runners import make_runner
+    from completer.engine.runner_factory import make_runner
 
     pair, one = _runner(a, 1)
     two = make_runner(pair.target, PROMPT + 64, True, 2)

@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-StopText = Callable[[str], "int | None"]  # text so far → length to keep once finished, else None
 ERROR_CODES = ("unavailable", "unauthorized", "overloaded", "bad_request", "not_ready", "model", "internal")
 
 
@@ -75,6 +74,24 @@ class Chunk:
     them, else a path comment; llama-server gets them as `/infill`'s `input_extra`."""
     path: str   # relative to the workspace root, '/'-separated
     text: str
+
+
+@runtime_checkable
+class TextStop(Protocol):
+    """A stop rule that says why it fired: `stop(text)` is the length of the completion `text`
+    to keep once it is finished, else None; `reason` names the rule that fired ("syntax",
+    "degenerate", ...; None until one did). The syntax layer's stop (syntax/stop.py) is one."""
+    reason: str | None
+
+    def __call__(self, text: str) -> int | None: ...
+
+
+StopText = TextStop | Callable[[str], "int | None"]  # a plain callable: a stop sequence, reason "stop"
+
+
+def stop_reason(stop: StopText) -> str:
+    """Why `stop` finished a completion: its declared reason, else "stop"."""
+    return (stop.reason if isinstance(stop, TextStop) else None) or "stop"
 
 
 def prompt_budget(ctx: int, max_new: int, max_draft_len: int = 0) -> int:

@@ -28,7 +28,7 @@ from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .engine.prompt import FIM_FORMATS  # torch-free: the table of model families' FIM spellings
+from .fim import FIM_FORMATS  # torch-free: the table of model families' FIM spellings
 
 
 def opt(default: Any, help: str, *, choices: tuple[str, ...] | None = None, lo: float | None = None,

@@ -9,7 +9,7 @@ from test_families import FAMILY_CASES, family_model
 
 from completer.engine.cuda_graphs import BUCKETS, GraphRunner
 from completer.engine.runner import LlamaRunner, LlamaWeights
-from completer.engine.runners import make_runner
+from completer.engine.runner_factory import make_runner
 from completer.engine.sampling import Sampling
 from completer.engine.speculative import generate
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from completer.config import SyntaxOptions
-from completer.degenerate import find
 from completer.documents import parse_snapshot
 from completer.syntax import gate, make_stop
+from completer.syntax.degenerate import find
 
 ROOT = Path(__file__).resolve().parent.parent
 CUR = "‸"

@@ -25,12 +25,13 @@ from transformers import (
 from completer.engine.drafters import AdaptiveK, CombinedDrafter, FastPathDrafter, ModelDrafter, NgramDrafter
 from completer.engine.families import Unsupported, layout_of
 from completer.engine.models import load_model
-from completer.engine.prompt import FIM_FORMATS, FimFormat, build_prompt, render
+from completer.engine.prompt import build_prompt
 from completer.engine.quant import Fp16Weight, Int4Weight, Int8Weight
 from completer.engine.runner import HFRunner, LlamaRunner, LlamaWeights, lean_config_ok
-from completer.engine.runners import make_runner
+from completer.engine.runner_factory import make_runner
 from completer.engine.sampling import Sampling, warp
 from completer.engine.speculative import generate
+from completer.fim import FIM_FORMATS, FimFormat, render
 
 torch.set_num_threads(1)
 V = 256

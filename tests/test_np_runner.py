@@ -13,7 +13,7 @@ from completer.engine.drafters import AdaptiveK, ModelDrafter
 from completer.engine.np_runner import NumpyRunner, eligible
 from completer.engine.quant import MODE_GROUPS, quantize_weights
 from completer.engine.runner import LlamaRunner, LlamaWeights
-from completer.engine.runners import make_runner
+from completer.engine.runner_factory import make_runner
 from completer.engine.sampling import Sampling
 from completer.engine.speculative import generate
 

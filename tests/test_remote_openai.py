@@ -8,7 +8,7 @@ from test_remote_llamacpp import PREFIX, SUFFIX, TARGET, LlamaServer, llama, lla
 from tokenizers import Tokenizer
 
 from completer.client import EngineError, prompt_budget
-from completer.engine.prompt import render
+from completer.fim import render
 from completer.remote import connect
 from completer.remote.openai import OpenAI, fim_format_for
 

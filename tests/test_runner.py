@@ -8,7 +8,7 @@ import torch
 from conftest import random_llama
 
 from completer.engine.runner import HFRunner, LlamaRunner, LlamaWeights, common_prefix_len
-from completer.engine.runners import make_runner
+from completer.engine.runner_factory import make_runner
 
 torch.set_num_threads(1)
 

@@ -10,7 +10,7 @@ from conftest import random_llama
 
 from completer.engine.drafters import AdaptiveK, CombinedDrafter, FastPathDrafter, ModelDrafter, NgramDrafter
 from completer.engine.runner import HFRunner, LlamaWeights
-from completer.engine.runners import make_runner
+from completer.engine.runner_factory import make_runner
 from completer.engine.sampling import Proposal, Sampling, verify, warp
 from completer.engine.speculative import generate
 

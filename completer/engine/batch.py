@@ -62,6 +62,12 @@ class StepBatcher:
         self.steps = 0
         self.batched_calls = 0  # calls that shared a step with another call
 
+    def configure(self, max_batch: int, wait_s: float, step_tokens: int) -> None:
+        """New limits from the next step on (the options changed)."""
+        with self.cond:
+            self.max_batch, self.wait_s, self.step_tokens = max_batch, wait_s, step_tokens
+            self.cond.notify_all()
+
     def set_active(self, n: int) -> None:
         with self.cond:
             self.active = max(1, n)

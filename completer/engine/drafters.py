@@ -153,7 +153,7 @@ class AdaptiveK:
         E[tokens](k) = 1 + s_1 + … + s_k,   cost(k) = c·k + verify(k)
 
     in target-step units: a draft step costs `c`; verify(k), a target forward over k + 1 tokens,
-    is `verify[k]` when measured (Engine.measure_step_costs: on CPUs it jumps from 1 to 2 tokens
+    is `verify[k]` when measured (calibrate.measure_step_costs: on CPUs it jumps from 1 to 2 tokens
     and then stays nearly flat, so no linear model fits) else 1 + `beta`·k. A position with (almost) no recent evidence gets the one before it
     times 0.85 (a run of accepted tokens tends to go on), so longer drafts get explored once
     shorter ones keep being accepted."""
@@ -170,6 +170,14 @@ class AdaptiveK:
         """A copy that goes on learning separately (e.g. for one kind of syntax node)."""
         new = AdaptiveK(self.k, self.k_min, self.k_max, self.c, self.beta, self.decay, self.verify)
         new.prop, new.acc = list(self.prop), list(self.acc)
+        return new
+
+    def resized(self, k_max: int) -> AdaptiveK:
+        """A copy bounded by a new `k_max` (the max_draft_len option changed): what it learnt
+        about the positions both bounds share is kept."""
+        new = AdaptiveK(min(self.k, k_max), self.k_min, k_max, self.c, self.beta, self.decay, self.verify)
+        n = min(k_max, self.k_max)
+        new.prop[:n], new.acc[:n] = self.prop[:n], self.acc[:n]
         return new
 
     def expected(self, k: int) -> float:

@@ -1,5 +1,7 @@
-"""The engine: a model pair, per-document KV-cache slots (LRU under a byte budget), drafters,
-the speculative loop, warmup prefill and type-through.
+"""The engine: a model pair, per-document KV caches (caches.py, LRU under a byte budget),
+drafters, the speculative loop, warmup prefill and type-through (records.py). Its jobs, each a
+section below: admission (a document's cache within the budget), options (reconfigure),
+prompts, generation, type-through, warmup, calibration (calibrate.py) and stats.
 
 Callers run in their own threads. Each request takes a ticket from the scheduler (one live
 generation per document, interactive before warmup, at most `max_batch` live generations whose
@@ -13,25 +15,33 @@ import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import asdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, fields, replace
+from typing import Any
 
 import torch
 
 from draft_models import DEFAULT_DIR
 
-from ..client import Completion, prompt_budget
-from ..config import EngineConfig
+from ..client import Chunk, Completion, EngineError, StopText, prompt_budget, stop_reason
+from ..config import OPTIONS, EngineConfig
+from ..fim import FimFormat
 from .batch import Via
-from .drafters import AdaptiveK, CombinedDrafter, FastPathDrafter, ModelDrafter, NgramDrafter
+from .caches import DocCache, kv_reserve_bytes
+from .calibrate import measure_step_costs
+from .drafters import CombinedDrafter, FastPathDrafter, ModelDrafter
 from .models import ModelError, Pair, load_pair
-from .prompt import FimFormat, build_prompt
+from .prompt import build_prompt
 from .quant import model_bytes
+from .records import Record, Records, StopFlag
 from .runner import LlamaWeights, common_prefix_len
-from .runners import make_runner
 from .sampling import Sampling
-from .scheduler import INTERACTIVE, WARMUP, Overloaded, Scheduler, SchedulerConfig
+from .scheduler import INTERACTIVE, WARMUP, Scheduler, SchedulerConfig
 from .speculative import GenStats, generate
+
+# The options reconfigure applies to a live engine: every EngineConfig option the schema does
+# not mark reload (those need new models or runners: a new Engine).
+LIVE_OPTIONS = tuple(f.name for f in fields(EngineConfig) if not OPTIONS[f.name].meta["reload"])
 
 
 def to_completion(text: str, ids: list[int], st: GenStats, speculative: bool, **extra) -> Completion:
@@ -40,135 +50,6 @@ def to_completion(text: str, ids: list[int], st: GenStats, speculative: bool, **
                       speculative, st.prompt_tokens, st.prefill_tokens, st.stop_reason, ids,
                       {"proposed": st.proposed, "accepted": st.accepted, "by_source": st.by_source,
                        "prefill_ms": round(st.prefill_ms, 3), **extra})
-
-
-def kv_reserve_bytes(model, ctx: int) -> int:
-    """Bytes of K/V one runner can hold over `ctx` positions: what LlamaRunner preallocates, and
-    the most an HFRunner's cache grows to (forward refuses past its max_len)."""
-    c = model.config
-    heads = c.num_attention_heads
-    hd = getattr(c, "head_dim", None) or c.hidden_size // heads
-    kv = getattr(c, "num_key_value_heads", None) or heads
-    dtype = getattr(model, "dtype", None)  # the compute dtype: K/V are stored in it
-    elt = (torch.empty(0, dtype=dtype).element_size() if isinstance(dtype, torch.dtype)
-           else model.get_input_embeddings().weight.element_size())
-    return 2 * c.num_hidden_layers * kv * ctx * hd * elt
-
-
-class Slot:
-    """One document's KV caches (target and draft) and its adaptive draft length."""
-
-    def __init__(self, engine: Engine):
-        self.target = make_runner(engine.pair.target, engine.ctx, engine.cfg.lean,  # weights shared
-                                  engine.cfg.decode_threads)
-        self.draft = (make_runner(engine.pair.draft, engine.ctx, engine.cfg.lean)
-                      if engine.pair.draft is not None else None)
-        c, verify = engine.step_costs
-        self.k = AdaptiveK(engine.cfg.draft_len, 1, engine.cfg.max_draft_len, c,
-                           verify=verify)  # the document's
-        self.by_kind: OrderedDict[str, AdaptiveK] = OrderedDict()  # per syntax-node kind (caller's)
-        self.ngram = NgramDrafter()
-
-    def k_for(self, kind: str | None) -> AdaptiveK:
-        """The draft-length schedule for a kind of syntax node (argument lists, blocks and strings
-        accept drafts differently); a new kind starts from what the document has learnt."""
-        if kind is None:
-            return self.k
-        k = self.by_kind.get(kind)
-        if k is None:
-            k = self.by_kind[kind] = self.k.fork()
-            while len(self.by_kind) > 64:
-                self.by_kind.popitem(last=False)
-        self.by_kind.move_to_end(kind)
-        return k
-
-
-RECORDS_MAX = 1024          # documents whose latest completion type-through remembers
-RECORDS_CHARS = 32 * 2**20  # characters of their prefixes and suffixes together (a /v1 request may
-#                             bring megabytes, and each `user` is a document: 1024 of them were ~4 GiB)
-RECORD_TTL_S = 600.0        # older records are dropped: typing through a completion takes seconds
-
-
-class Record:
-    """A document's latest completion, in flight or done: what type-through serves from."""
-
-    def __init__(self, prefix: str, suffix: str):
-        self.prefix, self.suffix = prefix, suffix
-        self.size, self.t = len(prefix) + len(suffix), time.monotonic()
-        self.text = ""       # decoded so far; the final (cut) text once done
-        self.done = False
-        self.ok = False      # finished on its own (not cancelled)
-        self.followers = 0   # requests streaming from it: they keep it alive past its own cancel
-        self.epoch = 0       # bumped by every newer request: older followers stop
-        self.cond = threading.Condition()
-
-    def typed(self, prefix: str, suffix: str) -> str | None:
-        """The characters typed since this request if they match its completion, else None. A
-        repeat of the same request generates again (callers may want the model's own output)."""
-        if suffix != self.suffix or len(prefix) <= len(self.prefix) or not prefix.startswith(self.prefix):
-            return None
-        typed = prefix[len(self.prefix):]
-        with self.cond:
-            if self.done:
-                return typed if self.ok and len(self.text) > len(typed) and self.text.startswith(typed) else None
-            return typed if self.text.startswith(typed) else None
-
-    def update(self, text: str, done: bool = False, ok: bool = False) -> None:
-        with self.cond:
-            self.text, self.done, self.ok = text, done, ok
-            self.cond.notify_all()
-
-
-class Records:
-    """The documents' latest Records, least recently written first, bounded by RECORDS_MAX,
-    RECORDS_CHARS and RECORD_TTL_S (the oldest go first). Guarded by the scheduler's lock."""
-
-    def __init__(self):
-        self.by_doc: OrderedDict[str, Record] = OrderedDict()
-        self.chars = 0
-
-    def get(self, doc: str) -> Record | None:
-        rec = self.by_doc.get(doc)
-        if rec is not None and time.monotonic() - rec.t > RECORD_TTL_S:
-            self.pop(doc)
-            return None
-        return rec
-
-    def put(self, doc: str, rec: Record) -> None:
-        self.pop(doc)
-        self.by_doc[doc] = rec
-        self.chars += rec.size
-        now = time.monotonic()
-        while self.by_doc:
-            oldest = next(iter(self.by_doc.values()))
-            if len(self.by_doc) <= RECORDS_MAX and self.chars <= RECORDS_CHARS and now - oldest.t <= RECORD_TTL_S:
-                break
-            self.pop(next(iter(self.by_doc)))
-
-    def pop(self, doc: str) -> None:
-        rec = self.by_doc.pop(doc, None)
-        if rec is not None:
-            self.chars -= rec.size
-
-    def clear(self) -> None:
-        self.by_doc.clear()
-        self.chars = 0
-
-    def __len__(self) -> int:
-        return len(self.by_doc)
-
-
-class _StopFlag:
-    """What generate() polls between steps: superseded, or the caller's cancel while no
-    type-through request is following this generation."""
-
-    def __init__(self, superseded: threading.Event, cancel, record: Record | None):
-        self.superseded, self.cancel, self.record = superseded, cancel, record
-
-    def is_set(self) -> bool:
-        if self.superseded.is_set():
-            return True
-        return self.cancel is not None and self.cancel.is_set() and (self.record is None or self.record.followers == 0)
 
 
 class Engine:
@@ -202,12 +83,11 @@ class Engine:
         self.sampling = Sampling(cfg.temperature, cfg.top_p)
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.budget = int(cfg.kv_budget_mb * 2**20)
-        self.slot_bytes = sum(kv_reserve_bytes(m, self.ctx) for m in (self.pair.target, self.pair.draft)
-                              if m is not None)
-        self.slots: OrderedDict[str, Slot] = OrderedDict()  # LRU order; guarded by sched.cond
+        self.cache_bytes = sum(kv_reserve_bytes(m, self.ctx) for m in (self.pair.target, self.pair.draft)
+                               if m is not None)  # one document's caches, reserved
+        self.caches: OrderedDict[str, DocCache] = OrderedDict()  # LRU order; guarded by sched.cond
         self.records = Records()
-        self.sched = Scheduler(SchedulerConfig(cfg.max_batch, cfg.batch_wait_ms, cfg.max_queue,
-                                               cfg.batch_step_tokens), self._admit)
+        self.sched = Scheduler(_scheduler_config(cfg), self._admit)
         self._stats_lock = threading.Lock()
         self.step_costs: tuple[float, list[float] | None] = (0.06, None)  # (c, verify costs) for
         # AdaptiveK: defaults until warm_start measures them on this machine
@@ -220,45 +100,77 @@ class Engine:
             for k, v in inc.items():
                 self.counters[k] = self.counters.get(k, 0) + v
 
-    # -- slots (called by the scheduler under its lock) --------------------------------------------
-    def _admit(self, doc: str, live: set[str]) -> Slot | bool:
-        """The document's slot, made room for by evicting idle slots in LRU order; False while
-        live slots hold the budget (the ticket waits)."""
-        if doc in self.slots:
-            self.slots.move_to_end(doc)
-            return self.slots[doc]
-        if self.slot_bytes > self.budget:
-            raise Overloaded(f"one document's KV cache needs {self.slot_bytes / 2**20:.1f} MiB "
-                             f"(target+draft for a {self.ctx}-token context) but --kv-budget-mb is "
-                             f"{self.cfg.kv_budget_mb:g}; raise it to at least {self.slot_bytes / 2**20:.1f}")
-        while (len(self.slots) + 1) * self.slot_bytes > self.budget:
-            idle = next((d for d in self.slots if d not in live), None)  # least recently used first
+    # -- admission (called by the scheduler under its lock) ----------------------------------------
+    def _admit(self, doc: str, live: set[str]) -> DocCache | bool:
+        """The document's caches, made room for by evicting idle documents' in LRU order; False
+        while live documents hold the budget (the ticket waits)."""
+        if doc in self.caches:
+            self.caches.move_to_end(doc)
+            return self.caches[doc]
+        if self.cache_bytes > self.budget:
+            raise EngineError(f"one document's KV cache needs {self.cache_bytes / 2**20:.1f} MiB "
+                              f"(target+draft for a {self.ctx}-token context) but --kv-budget-mb is "
+                              f"{self.cfg.kv_budget_mb:g}; raise it to at least {self.cache_bytes / 2**20:.1f}",
+                              "overloaded")
+        if not self._evict(live, room=1):
+            return False
+        self.caches[doc] = cache = DocCache(self)
+        return cache
+
+    def _evict(self, live: set[str] | dict, room: int = 0) -> bool:
+        """Drop idle documents' caches, least recently used first, until they and `room` more
+        fit the budget (call under sched.cond); False when the live ones alone are over it."""
+        while (len(self.caches) + room) * self.cache_bytes > self.budget:
+            idle = next((d for d in self.caches if d not in live), None)
             if idle is None:
                 return False
-            del self.slots[idle]
+            del self.caches[idle]
             self._count(evictions=1)
-        self.slots[doc] = slot = Slot(self)
-        return slot
+        return True
 
     def forget(self, doc_key: str) -> bool:
-        """The editor closed the document: free its slot unless a request is using it."""
+        """The editor closed the document: free its caches unless a request is using them."""
         with self.sched.cond:
             self.records.pop(doc_key)
-            if doc_key in self.sched.live or doc_key not in self.slots:
+            if doc_key in self.sched.live or doc_key not in self.caches:
                 return False
-            del self.slots[doc_key]
+            del self.caches[doc_key]
             self.sched.kick()  # a waiting ticket may fit now
             return True
 
     def kv_bytes(self) -> int:
-        """Reserved K/V bytes of all slots (what the budget bounds)."""
+        """Reserved K/V bytes of all documents' caches (what the budget bounds)."""
         with self.sched.cond:
-            return len(self.slots) * self.slot_bytes
+            return len(self.caches) * self.cache_bytes
 
     def kv_live_bytes(self) -> int:
         """K/V bytes holding cached tokens."""
         with self.sched.cond:
-            return sum(r.kv_bytes() for s in self.slots.values() for r in (s.target, s.draft) if r is not None)
+            return sum(r.kv_bytes() for c in self.caches.values() for r in (c.target, c.draft) if r is not None)
+
+    # -- options -----------------------------------------------------------------------------
+    def reconfigure(self, **values: Any) -> None:
+        """Apply the LIVE_OPTIONS among `values` from the next request on (a generation under way
+        keeps what it started with); the others (other scopes' options, and the reload ones:
+        they need a new Engine) are not the engine's to apply. A smaller kv_budget_mb evicts
+        idle documents at once and live ones as they finish. A value outside the schema raises
+        EngineError ("bad_request") and nothing changes. `stats()["config"]` shows the values."""
+        cfg = replace(self.cfg, **{k: v for k, v in values.items() if k in LIVE_OPTIONS})
+        cfg.validate()
+        old = self.cfg
+        with self.sched.cond:
+            self.cfg = cfg
+            self.sampling = Sampling(cfg.temperature, cfg.top_p)
+            if cfg.seed != old.seed:
+                self.gen = torch.Generator().manual_seed(cfg.seed)
+            if cfg.max_draft_len != old.max_draft_len:
+                for cache in self.caches.values():
+                    cache.rebound(cfg.max_draft_len)
+            if not cfg.type_through:
+                self.records.clear()
+            self.budget = int(cfg.kv_budget_mb * 2**20)
+            self._evict(self.sched.live)
+        self.sched.reconfigure(_scheduler_config(cfg))
 
     # -- prompts -----------------------------------------------------------------------------
     def prompt_budget(self, max_new: int | None = None) -> int:
@@ -268,24 +180,27 @@ class Engine:
     def count_tokens(self, text: str) -> int:
         return len(self.tok.encode(text, add_special_tokens=False).ids)
 
-    def fim_prompt(self, prefix: str, suffix: str, max_new: int | None = None) -> list[int]:
-        return build_prompt(self.tok, self.fim, prefix, suffix, self.prompt_budget(max_new))
+    def fim_prompt(self, prefix: str, suffix: str, max_new: int | None = None,
+                   extra: Sequence[Chunk] = ()) -> list[int]:
+        """The prompt `complete` and `warmup` build from the same arguments: one function, so a
+        warmup leaves in the cache exactly what the request after it reads."""
+        return build_prompt(self.tok, self.fim, prefix, suffix, self.prompt_budget(max_new), extra)
 
     def decode(self, ids: list[int]) -> str:
         return self.tok.decode(ids, skip_special_tokens=True)
 
     # -- generation --------------------------------------------------------------------------
-    def _drafter(self, slot: Slot, kind: str, sampling: Sampling):
-        model = (ModelDrafter(Via(slot.draft, self.sched.batcher), sampling, self.gen)
-                 if slot.draft is not None and kind in ("combined", "model") else None)
+    def _drafter(self, cache: DocCache, kind: str, sampling: Sampling):
+        model = (ModelDrafter(Via(cache.draft, self.sched.batcher), sampling, self.gen)
+                 if cache.draft is not None and kind in ("combined", "model") else None)
         if kind == "model":
             return model
         if kind == "ngram":
-            return slot.ngram
+            return cache.ngram
         if kind == "fastpath":
             return self.fastpath
         if kind == "combined":
-            return CombinedDrafter(model, slot.ngram, self.fastpath, slot.target.vocab_size)
+            return CombinedDrafter(model, cache.ngram, self.fastpath, cache.target.vocab_size)
         return None
 
     def _generate(self, prompt: list[int], doc_key: str, max_new: int | None, drafter: str | None,
@@ -303,13 +218,15 @@ class Engine:
             if not t.live:  # superseded while it waited
                 ids, st = [], GenStats(prompt_tokens=len(prompt), stop_reason="superseded")
             else:
-                slot: Slot = t.resource
-                d = self._drafter(slot, drafter or self.cfg.drafter, sampling)
-                ids, st = generate(Via(slot.target, self.sched.batcher), prompt, max_new, sampling,
-                                   d, slot.k_for(node_kind) if d is not None else None, self.fim.eos, stop,
-                                   _StopFlag(t.superseded, cancel, record), on_tokens, self.gen)
+                cache: DocCache = t.resource
+                d = self._drafter(cache, drafter or self.cfg.drafter, sampling)
+                ids, st = generate(Via(cache.target, self.sched.batcher), prompt, max_new, sampling,
+                                   d, cache.k_for(node_kind) if d is not None else None, self.fim.eos, stop,
+                                   StopFlag(t.superseded, cancel, record), on_tokens, self.gen)
         finally:
             self.sched.release(t)
+            with self.sched.cond:
+                self._evict(self.sched.live)  # the budget may have shrunk while it ran
         if t.superseded.is_set():
             st.stop_reason = "superseded"
         reused = st.prompt_tokens - st.prefill_tokens if t.resource is not None else 0
@@ -327,15 +244,19 @@ class Engine:
         return ids, st
 
     def complete(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
-                 max_new: int | None = None, stop_text: Callable[[str], int | None] | None = None,
+                 max_new: int | None = None, stop_text: StopText | None = None,
                  cancel: threading.Event | None = None,
                  on_text: Callable[[str], None] | None = None, node_kind: str | None = None,
-                 language: str | None = None, sampling: Sampling | None = None) -> Completion:
-        """Complete at the cursor between `prefix` and `suffix`. `stop_text(text)` returns the
-        length to keep once the completion is finished (e.g. its syntax node closed), else None.
-        `node_kind` (the syntax node at the cursor) keys the adaptive draft length.
-        `on_text` gets the text as it is verified (deltas; the final text may be shorter).
-        `sampling`: this request's temperature and top-p (default: the engine's)."""
+                 language: str | None = None, sampling: Sampling | None = None,
+                 extra: Sequence[Chunk] = ()) -> Completion:
+        """Complete at the cursor between `prefix` and `suffix`, after the chunks of other files
+        `extra` (rendered by completer/fim.py, counted in the prompt budget). `stop_text(text)`
+        returns the length to keep once the completion is finished (e.g. its syntax node
+        closed), else None; its reason becomes the stop_reason. `node_kind` (the syntax node at
+        the cursor) keys the adaptive draft length. `on_text` gets the text as it is verified
+        (deltas; the final text may be shorter). `sampling`: this request's temperature and
+        top-p (default: the engine's). `language` is not read: the prompt is the same for a
+        warmup, which has none."""
         t0 = time.perf_counter()
         old = self._newer_request(doc_key)
         typed = old.typed(prefix, suffix) if old is not None and self.cfg.type_through else None
@@ -343,7 +264,7 @@ class Engine:
             c = self._follow(old, typed, cancel, on_text, t0)
             if c is not None:
                 return c
-        prompt = self.fim_prompt(prefix, suffix, max_new)
+        prompt = self.fim_prompt(prefix, suffix, max_new, extra)
         rec = Record(prefix, suffix)
         with self.sched.cond:
             self.records.put(doc_key, rec)
@@ -375,8 +296,8 @@ class Engine:
         if cut[0] is not None:
             text = text[: cut[0]]
         text = text.rstrip("\ufffd")
-        if st.stop_reason == "stop":  # why the caller's rule fired (syntax, degenerate, ...)
-            st.stop_reason = getattr(stop_text, "reason", None) or "stop"
+        if st.stop_reason == "stop" and stop_text is not None:  # why the caller's rule fired
+            st.stop_reason = stop_reason(stop_text)
         self._count(**{f"stops_{st.stop_reason}": 1})
         rec.update(text, done=True, ok=st.stop_reason not in ("cancelled", "superseded"))
         st.total_ms = (time.perf_counter() - t0) * 1e3
@@ -428,11 +349,13 @@ class Engine:
         return to_completion(rest, [], st, False, queue_ms=0.0, type_through=True)
 
     # -- warmup ------------------------------------------------------------------------------
-    def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default") -> int:
-        """Prefill the document's cache for this context without generating, at low priority:
-        chunks of `warmup_chunk` tokens, giving way to interactive requests between chunks.
-        Returns the number of tokens computed (0 when the cache already held them)."""
-        return self.prefill(self.fim_prompt(prefix, suffix), doc_key=doc_key)
+    def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
+               extra: Sequence[Chunk] = ()) -> int:
+        """Prefill the document's caches (target and draft) with the prompt `complete` builds
+        from the same arguments (and the engine's max_new_tokens), without generating, at low
+        priority: chunks of `warmup_chunk` tokens, giving way to interactive requests between
+        chunks. Returns the number of tokens computed (0 when the cache already held them)."""
+        return self.prefill(self.fim_prompt(prefix, suffix, None, extra), doc_key=doc_key)
 
     def prefill(self, prompt: list[int], *, doc_key: str = "_default") -> int:
         """`warmup` for raw token ids."""
@@ -446,9 +369,9 @@ class Engine:
                     if not self.sched.pause(t):
                         break
                     continue  # re-admitted: the slot may have been evicted meanwhile
-                slot: Slot = t.resource
+                cache: DocCache = t.resource
                 todo = []
-                for r in (slot.target, slot.draft):
+                for r in (cache.target, cache.draft):
                     if r is None:
                         continue
                     n = common_prefix_len(r.ids, prompt)
@@ -459,7 +382,7 @@ class Engine:
                     break
                 for r, feed in todo:
                     self.sched.batcher.forward(r, feed)
-                done += len(todo[0][1]) if todo[0][0] is slot.target else 0
+                done += len(todo[0][1]) if todo[0][0] is cache.target else 0
         finally:
             self.sched.release(t)
         self._count(warmups=1, warmup_tokens=done)
@@ -476,37 +399,11 @@ class Engine:
         self.complete("import os\n\n\ndef main(argv):\n    ", "\n", doc_key=key, max_new=4)
         self.forget(key)
         self.progress(80, "measuring step costs")
-        self.step_costs = self.measure_step_costs()
+        self.step_costs = measure_step_costs(self.pair, self.ctx, self.cfg)
         self.progress(100, "ready")
         with self._stats_lock:
             self.counters = dict.fromkeys(self.counters, 0)
         return (time.perf_counter() - t0) * 1e3
-
-    def measure_step_costs(self, reps: int = 3) -> tuple[float, list[float]]:
-        """(c, verify) in target-step units: c = one draft step; verify[k] = a target forward over
-        k + 1 tokens (k = 0..max_draft_len), each after a 64-token context; medians of `reps`."""
-        import statistics
-
-        def timed(runner, n: int) -> float:
-            if not runner.ids:
-                runner.forward(list(range(3, 67)))
-            ts = []
-            for _ in range(reps):
-                t0 = time.perf_counter()
-                runner.forward([5] * n)
-                ts.append(time.perf_counter() - t0)
-                runner.truncate(64)
-            return statistics.median(ts)
-
-        # at startup (warm_start), before requests: they would share the cores and skew the timing
-        tr = make_runner(self.pair.target, self.ctx, self.cfg.lean, self.cfg.decode_threads)
-        t = [timed(tr, k + 1) for k in range(self.cfg.max_draft_len + 1)]
-        d1 = (timed(make_runner(self.pair.draft, self.ctx, self.cfg.lean), 1)
-              if self.pair.draft is not None else 0.0)
-        verify = [max(x / t[0], 1.0) for x in t]
-        for i in range(1, len(verify)):  # a longer verify never costs less (timing noise)
-            verify[i] = max(verify[i], verify[i - 1])
-        return min(d1 / t[0], 1.0), verify
 
     @property
     def speculative(self) -> bool:
@@ -521,8 +418,8 @@ class Engine:
     def close(self) -> None:
         """Free every document's cache (the engine stays usable)."""
         with self.sched.cond:
-            for doc in [d for d in self.slots if d not in self.sched.live]:
-                del self.slots[doc]
+            for doc in [d for d in self.caches if d not in self.sched.live]:
+                del self.caches[doc]
             self.records.clear()
 
     def stats(self) -> dict:
@@ -531,9 +428,14 @@ class Engine:
                 "device": str(self.pair.device), "ctx": self.ctx, "fim": self.fim.layout,
                 "config": asdict(self.cfg), "prompt_budget": self.prompt_budget(),
                 "kv_bytes": self.kv_bytes(), "kv_live_bytes": self.kv_live_bytes(),
-                "kv_budget_bytes": self.budget, "step_costs": self.step_costs, "slot_bytes": self.slot_bytes, "slots": len(self.slots),
+                "kv_budget_bytes": self.budget, "step_costs": self.step_costs,
+                "kv_bytes_per_document": self.cache_bytes, "kv_cached_documents": len(self.caches),
                 "target_weight_bytes": model_bytes(self.pair.target),
                 "draft_weight_bytes": model_bytes(self.pair.draft) if self.pair.draft is not None else 0,
                 "queue_waiting": waiting, "queue_live": live, "batch_steps": self.sched.batcher.steps,
                 "batched_calls": self.sched.batcher.batched_calls, "records": len(self.records),
                 "record_chars": self.records.chars, **self.counters}
+
+
+def _scheduler_config(cfg: EngineConfig) -> SchedulerConfig:
+    return SchedulerConfig(cfg.max_batch, cfg.batch_wait_ms, cfg.max_queue, cfg.batch_step_tokens)

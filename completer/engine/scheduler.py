@@ -10,7 +10,8 @@ Rules (the engine's callers run in their own threads and block in `acquire`):
   sharing a step budget of `step_tokens` verify tokens (each one's draft length is capped);
 - memory: a ticket is admitted only when `admit` can give its document a KV slot within the
   budget next to the slots of the live tickets (evicting idle ones), otherwise it waits; a queue
-  longer than `max_queue` and a slot that cannot fit even alone are refused with `Overloaded`.
+  longer than `max_queue` and a slot that cannot fit even alone are refused (EngineError
+  "overloaded").
 `admit` runs under the scheduler's lock, so slot bookkeeping has one lock and one order.
 """
 from __future__ import annotations
@@ -20,15 +21,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..client import EngineError
 from .batch import StepBatcher
-from .models import ModelError
 
 INTERACTIVE, WARMUP = 0, 1
-
-
-class Overloaded(ModelError):
-    """The service cannot take this request now (queue full, KV budget); the message says why."""
-    code = "overloaded"
 
 
 @dataclass(frozen=True)
@@ -87,7 +83,7 @@ class Scheduler:
             if got is None and t.error is None:
                 if self.live:
                     break  # it may fit once the live tickets are done
-                t.error = Overloaded(f"document {t.doc!r}: its KV cache cannot fit the budget")
+                t.error = EngineError(f"document {t.doc!r}: its KV cache cannot fit the budget", "overloaded")
             elif got is False:
                 break  # wait for a live ticket to release its slot
             self.waiting.remove(t)
@@ -108,7 +104,8 @@ class Scheduler:
     # -- API ---------------------------------------------------------------------------------------
     def acquire(self, doc: str, priority: int = INTERACTIVE) -> Ticket:
         """Block until this document may run; the returned ticket is live unless superseded
-        (the caller then returns a cancelled result at once). Raises Overloaded."""
+        (the caller then returns a cancelled result at once). Raises EngineError "overloaded"
+        (the service cannot take it now: queue full, KV budget)."""
         with self.cond:
             self._seq += 1
             t = Ticket(doc, priority, self._seq)
@@ -118,7 +115,7 @@ class Scheduler:
                 return t
             self._supersede(doc, priority)
             if len(self.waiting) >= self.cfg.max_queue:
-                raise Overloaded(f"{len(self.waiting)} requests are already waiting; try again later")
+                raise EngineError(f"{len(self.waiting)} requests are already waiting; try again later", "overloaded")
             self.waiting.append(t)
             self._pump()
             while not (t.live or t.error or t.superseded.is_set()):
@@ -136,6 +133,14 @@ class Scheduler:
         if self.live.get(t.doc) is t:
             del self.live[t.doc]
         t.live = False
+
+    def reconfigure(self, cfg: SchedulerConfig) -> None:
+        """New limits from the next admission and step on (the options changed); waiting tickets
+        that a larger max_batch lets in are admitted now."""
+        with self.cond:
+            self.cfg = cfg
+            self.batcher.configure(cfg.max_batch, cfg.batch_wait_ms / 1e3, cfg.step_tokens)
+            self._pump()
 
     def kick(self) -> None:
         """Resources were freed outside the scheduler: admit what now fits."""

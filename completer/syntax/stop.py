@@ -7,19 +7,20 @@ spent past it:
 - multi-line: a line dedented below the block the cursor is in (Python), a closer of the
   enclosing block (kept when the suffix does not close it already), a blank line before a new
   top-level statement, or `max_lines` lines;
-- either: degenerate output (`completer/degenerate.py`: a unit or line repeated in a row, blank
+- either: degenerate output (`syntax/degenerate.py`: a unit or line repeated in a row, blank
   lines, the prompt's last line echoed), cut where it starts, so no token is spent on it.
 
-The callable `make_stop` returns records why it fired in `reason`: None until then, "syntax" or
+The stop `make_stop` returns (a client.TextStop) records why it fired in `reason`: None until then, "syntax" or
 "degenerate" after (the first reason sticks: the pipeline asks again on the final text).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import degenerate
+from ..client import TextStop
 from ..config import SyntaxOptions
 from ..documents import Snapshot
+from . import degenerate
 from .gate import Mode, block_header
 from .lang import CLOSERS, OPENERS, indent_width, line_bounds, spec
 
@@ -78,9 +79,12 @@ def _next_nonblank(text: str, line_end: int) -> str:
 
 
 SEEN_CHARS = 20_000  # document text either side of the cursor in which a run is the document's own idiom
+# The cursor's line and the line above as the echo check sees them: their last ECHO_CHARS (it runs
+# after every token; a completion line never repeats a longer one, and a 1 MB line cost 1 ms a token)
+ECHO_CHARS = 4096
 
 
-class Stop:
+class Stop(TextStop):
     """`stop(text) -> int | None` for Engine.complete: the syntax stop, and the degenerate stop
     judging what the syntax stop would keep. `reason` says which fired first."""
 
@@ -107,8 +111,8 @@ def make_stop(snap: Snapshot, offset: int, mode: Mode, opts: SyntaxOptions = Syn
     text = snap.text
     s, _ = line_bounds(text, offset)
     seen = text[max(offset - SEEN_CHARS, 0):offset + SEEN_CHARS]
-    return Stop(stop_rule(snap, offset, mode, opts), text[s:offset], _prev_nonblank(text, s), seen,
-                opts.stop_degenerate)
+    return Stop(stop_rule(snap, offset, mode, opts), text[max(s, offset - ECHO_CHARS):offset],
+                _prev_nonblank(text, s)[-ECHO_CHARS:], seen, opts.stop_degenerate)
 
 
 def stop_at(rule: StopRule, text: str) -> int | None:

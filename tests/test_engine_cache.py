@@ -8,11 +8,11 @@ import pytest
 import torch
 from conftest import random_llama
 
+from completer.client import EngineError
 from completer.engine.engine import Engine, EngineConfig
 from completer.engine.models import Pair, load_tokenizer
 from completer.engine.runner import common_prefix_len, forward_many
-from completer.engine.runners import make_runner
-from completer.engine.scheduler import Overloaded
+from completer.engine.runner_factory import make_runner
 
 torch.set_num_threads(1)
 
@@ -70,7 +70,7 @@ def test_reused_cache_equals_scratch_across_random_edits(tok):
     reused = 0
     for step in range(12):
         prompt = edit(prompt, rng, alphabet)[:200]
-        cached = list(e.slots["doc"].target.ids) if "doc" in e.slots else []
+        cached = list(e.caches["doc"].target.ids) if "doc" in e.caches else []
         ids, st = e.complete_ids(prompt, doc_key="doc")
         ref, rst = fresh.complete_ids(prompt, doc_key=f"scratch{step}")
         assert ids == ref
@@ -97,7 +97,7 @@ def test_text_edits_truncate_at_first_change(tok):
             cursor += 1
         prefix, suffix = text[:cursor], text[cursor:]
         prompt = e.fim_prompt(prefix, suffix)
-        cached = list(e.slots["f"].target.ids) if "f" in e.slots else []
+        cached = list(e.caches["f"].target.ids) if "f" in e.caches else []
         c = e.complete(prefix, suffix, doc_key="f")
         ref = fresh.complete(prefix, suffix, doc_key=f"s{step}")
         assert c.token_ids == ref.token_ids
@@ -107,7 +107,7 @@ def test_text_edits_truncate_at_first_change(tok):
 def test_budget_never_exceeded_and_lru(tok):
     pair = random_pair(tok)
     probe = engine(pair)
-    budget_mb = 3.5 * probe.slot_bytes / 2**20  # room for three slots
+    budget_mb = 3.5 * probe.cache_bytes / 2**20  # room for three slots
     e = engine(pair, kv_budget_mb=budget_mb, max_new_tokens=2)
     rng = random.Random(3)
     lru: list[str] = []
@@ -118,8 +118,8 @@ def test_budget_never_exceeded_and_lru(tok):
             lru.remove(doc)
         lru.append(doc)
         lru = lru[-3:]
-        assert list(e.slots) == lru  # least recently used went first
-        held = sum(r.reserved_bytes() for s in e.slots.values() for r in (s.target, s.draft))
+        assert list(e.caches) == lru  # least recently used went first
+        held = sum(r.reserved_bytes() for s in e.caches.values() for r in (s.target, s.draft))
         assert held <= e.budget and e.kv_bytes() <= e.budget
     assert e.counters["evictions"] > 0
 
@@ -127,9 +127,10 @@ def test_budget_never_exceeded_and_lru(tok):
 def test_single_slot_over_budget_is_refused(tok):
     e = engine(random_pair(tok), kv_budget_mb=0.01)
     for _ in range(2):  # refused with a clear message, and the engine survives it
-        with pytest.raises(Overloaded, match="kv-budget-mb"):
+        with pytest.raises(EngineError, match="kv-budget-mb") as err:
             e.complete_ids([5, 6, 7], doc_key="big")
-    assert not e.slots and e.sched.depth() == (0, 0)
+        assert err.value.code == "overloaded"
+    assert not e.caches and e.sched.depth() == (0, 0)
 
 
 def test_warmup_prefills_what_the_request_reuses(tok):
@@ -152,7 +153,7 @@ def test_draft_length_adapts_per_syntax_node_kind(tok):
     plain = e.complete(prefix, doc_key="k").token_ids
     for kind in ("argument_list", "block", "argument_list"):
         assert e.complete(prefix, doc_key="k", node_kind=kind).token_ids == plain
-    slot = e.slots["k"]
+    slot = e.caches["k"]
     assert list(slot.by_kind) == ["block", "argument_list"]  # most recently used last
     assert slot.k_for("argument_list") is slot.by_kind["argument_list"]
     assert slot.k_for(None) is slot.k

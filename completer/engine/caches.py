@@ -1,0 +1,62 @@
+"""A document's KV caches: one runner each for the target and the draft (weights shared by every
+document), the adaptive draft lengths learnt on it, and its n-gram drafter. The engine keeps
+them in LRU order under the kv_budget_mb byte budget (engine.py, admission)."""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+import torch
+
+from .drafters import AdaptiveK, NgramDrafter
+from .runner_factory import make_runner
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+
+def kv_reserve_bytes(model, ctx: int) -> int:
+    """Bytes of K/V one runner can hold over `ctx` positions: what LlamaRunner preallocates, and
+    the most an HFRunner's cache grows to (forward refuses past its max_len)."""
+    c = model.config
+    heads = c.num_attention_heads
+    hd = getattr(c, "head_dim", None) or c.hidden_size // heads
+    kv = getattr(c, "num_key_value_heads", None) or heads
+    dtype = getattr(model, "dtype", None)  # the compute dtype: K/V are stored in it
+    elt = (torch.empty(0, dtype=dtype).element_size() if isinstance(dtype, torch.dtype)
+           else model.get_input_embeddings().weight.element_size())
+    return 2 * c.num_hidden_layers * kv * ctx * hd * elt
+
+
+class DocCache:
+    """One document's KV caches (target and draft) and its adaptive draft lengths."""
+
+    def __init__(self, engine: Engine):
+        self.target = make_runner(engine.pair.target, engine.ctx, engine.cfg.lean,  # weights shared
+                                  engine.cfg.decode_threads)
+        self.draft = (make_runner(engine.pair.draft, engine.ctx, engine.cfg.lean)
+                      if engine.pair.draft is not None else None)
+        c, verify = engine.step_costs
+        self.k = AdaptiveK(engine.cfg.draft_len, 1, engine.cfg.max_draft_len, c,
+                           verify=verify)  # the document's
+        self.by_kind: OrderedDict[str, AdaptiveK] = OrderedDict()  # per syntax-node kind (caller's)
+        self.ngram = NgramDrafter()
+
+    def k_for(self, kind: str | None) -> AdaptiveK:
+        """The draft-length schedule for a kind of syntax node (argument lists, blocks and strings
+        accept drafts differently); a new kind starts from what the document has learnt."""
+        if kind is None:
+            return self.k
+        k = self.by_kind.get(kind)
+        if k is None:
+            k = self.by_kind[kind] = self.k.fork()
+            while len(self.by_kind) > 64:
+                self.by_kind.popitem(last=False)
+        self.by_kind.move_to_end(kind)
+        return k
+
+    def rebound(self, max_draft_len: int) -> None:
+        """The max_draft_len option changed: every draft-length schedule takes the new bound."""
+        self.k = self.k.resized(max_draft_len)
+        for kind, k in self.by_kind.items():
+            self.by_kind[kind] = k.resized(max_draft_len)
