@@ -114,10 +114,15 @@ def test_streamed_equals_plain_and_stop_sequences_cut_both(server):
     ({"prompt": "x", "n": 2}, None, 400, "bad_request"),
     ({"prompt": "x", "model": "gpt-4"}, None, 404, "model_not_found"),
     ({"prompt": "x" * 70_000}, None, 413, "too_large"),
+    ({"prompt": "x", "extra": {"path": "a.py", "text": ""}}, None, 400, "bad_request"),
+    ({"prompt": "x", "extra": [{"path": "a.py"}]}, None, 400, "bad_request"),
+    ({"prompt": "x", "extra": [{"path": "a.py", "text": ""}] * 65}, None, 400, "bad_request"),
 ])
 def test_bad_requests_get_openai_errors(server, body, raw, status, code):
     got, r = call(server, "/v1/completions", body, raw=raw)
     assert is_error(got, r, status, code), r
+    if isinstance(body, dict) and "extra" in body:
+        assert r["error"]["param"] == "extra" and "extra" in r["error"]["message"]
     assert call(server, "/v1/models")[0] == 200  # the server keeps serving
 
 

@@ -52,7 +52,7 @@ class Serve:
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}/metrics",
                                      headers={"Authorization": f"Bearer {TOKEN}"})
         with urllib.request.urlopen(req, timeout=10) as r:
-            m = re.search(rf"^{name} (\S+)", r.read().decode(), re.MULTILINE)
+            m = re.search(rf"^{re.escape(name)} (\S+)", r.read().decode(), re.MULTILINE)
         return float(m.group(1)) if m else 0.0
 
     def wait_metric(self, name: str, want: float) -> float:
@@ -125,9 +125,9 @@ def test_feedback_and_forget_reach_the_server(remote, serve):
     remote.feedback("fb.py", "abcd", True, 2)
     assert serve.wait_metric("completer_engine_feedback_accepted", accepted + 1) == accepted + 1
     assert serve.metric("completer_engine_feedback_accepted_chars") == chars + 2
-    slots = serve.metric("completer_engine_slots")
-    remote.forget("fb.py")  # the document's KV slot is freed on the server
-    assert serve.wait_metric("completer_engine_slots", slots - 1) == slots - 1
+    docs = serve.metric("completer_engine_kv_cached_documents")
+    remote.forget("fb.py")  # the document's KV cache is freed on the server
+    assert docs >= 1 and serve.wait_metric("completer_engine_kv_cached_documents", docs - 1) == docs - 1
 
 
 def test_wrong_token_is_a_clear_error(serve):
@@ -188,3 +188,20 @@ def test_reconfigure_reaches_the_server_from_the_next_request(serve):
         assert err.value.code == "bad_request" and "temperature" in err.value.message
     finally:
         r.close()
+
+
+def test_repository_context_goes_in_the_frames(remote, serve):
+    """`extra` reaches the server's prompt (more prompt tokens), and a warmup with the same chunks
+    leaves that prompt cached for the completion after it."""
+    from completer.client import Chunk
+
+    extra = (Chunk("pkg/util.py", "def helper(x):\n    return x + 1\n"), Chunk("pkg/io.py", "def read(path):\n    ..."))
+    plain = remote.complete("y = helper(", ")\n", doc_key="x1.py", max_new=2)
+    with_extra = remote.complete("y = helper(", ")\n", doc_key="x2.py", max_new=2, extra=extra)
+    assert with_extra.prompt_tokens > plain.prompt_tokens + 10
+    warmed_up = 'completer_requests_total{kind="warmup",outcome="ok"}'
+    before = serve.metric(warmed_up)
+    remote.warmup("y = helper(", ")\n", doc_key="x3.py", extra=extra)
+    assert serve.wait_metric(warmed_up, before + 1) == before + 1  # not answered: seen in /metrics
+    warmed = remote.complete("y = helper(", ")\n", doc_key="x3.py", max_new=2, extra=extra)
+    assert warmed.prompt_tokens == with_extra.prompt_tokens and warmed.prefill_tokens <= 1

@@ -132,6 +132,26 @@ async def test_a_warmup_with_a_language_leaves_the_prompt_the_complete_uses(serv
     assert prefills["syntax.py"] <= 1 and prefills["raw.py"] > 32, prefills
 
 
+CHUNKS = [{"path": "pkg/util.py", "text": "def helper(x):\n    return x + 1\n"},
+          {"path": "pkg/io.py", "text": "def read(path):\n    ..."}]
+
+
+async def test_repository_context_goes_into_the_prompt_and_its_warmup(server):
+    """`extra` chunks are in the prompt (more tokens), and a warmup with them leaves the prompt
+    that the complete with them reads (only the last token computed)."""
+    frame = {"type": "complete", "doc": "ctx.py", "prefix": "y = helper(", "suffix": ")\n", "stream": False,
+             "max_new_tokens": 2}
+    async with connect(f"ws://{server}/ws", additional_headers=AUTH) as ws:
+        _, plain = await run(ws, {**frame, "id": 1})
+        _, with_extra = await run(ws, {**frame, "id": 2, "doc": "ctx2.py", "extra": CHUNKS})
+        assert with_extra["stats"]["prompt_tokens"] > plain["stats"]["prompt_tokens"] + 10, (plain, with_extra)
+        await _warm(ws, server, {"type": "warmup", "doc": "ctx3.py", "prefix": frame["prefix"],
+                                 "suffix": frame["suffix"], "max_new_tokens": 2, "extra": CHUNKS})
+        _, warmed = await run(ws, {**frame, "id": 3, "doc": "ctx3.py", "extra": CHUNKS})
+        assert warmed["stats"]["prompt_tokens"] == with_extra["stats"]["prompt_tokens"]
+        assert warmed["stats"]["prefill_tokens"] <= 1, warmed
+
+
 async def test_repository_context_in_frames_is_bounded(server):
     """`extra` [{path, text}]: checked and bounded, each mistake a bad_request naming it."""
     base = {"type": "complete", "doc": "x.py", "prefix": "x = ", "stream": False}

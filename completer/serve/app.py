@@ -166,16 +166,16 @@ class EngineService:
         if job.language:
             return pipeline.complete_at(self.engine, job.prefix + job.suffix, len(job.prefix), language=job.language,
                                         doc_key=job.doc_key, options=pipeline.CompletionOptions(max_new_tokens=job.max_new),
-                                        cancel=cancel, on_text=on_text, **_extra(job))
+                                        cancel=cancel, on_text=on_text, extra=job.extra)
         base = self.engine.sampling
         sampling = dataclasses.replace(base, temperature=base.temperature if job.temperature is None else job.temperature,
                                        top_p=base.top_p if job.top_p is None else job.top_p)
         c = self.engine.complete(job.prefix, job.suffix, doc_key=job.doc_key, max_new=job.max_new,
                                  stop_text=protocol.stop_text(job.stop) if job.stop else None,
                                  cancel=cancel, on_text=on_text, node_kind=job.node_kind, sampling=sampling,
-                                 **_extra(job))
+                                 extra=job.extra)
         if job.usage and c.extra.get("type_through"):  # served without the model: count what it stands for
-            c.prompt_tokens = len(self.engine.fim_prompt(job.prefix, job.suffix, job.max_new))
+            c.prompt_tokens = len(self.engine.fim_prompt(job.prefix, job.suffix, job.max_new, job.extra))
             c.new_tokens = self.engine.count_tokens(c.text)
         return c
 
@@ -188,9 +188,9 @@ class EngineService:
                 if job.language:
                     snap = parse_snapshot(job.prefix + job.suffix, language_for(job.language))
                     pipeline.warmup_at(self.engine, snap, len(job.prefix), doc_key=job.doc_key,
-                                       options=pipeline.CompletionOptions(max_new_tokens=job.max_new), **_extra(job))
+                                       options=pipeline.CompletionOptions(max_new_tokens=job.max_new), extra=job.extra)
                 else:
-                    self.engine.warmup(job.prefix, job.suffix, doc_key=job.doc_key, **_extra(job))
+                    self.engine.warmup(job.prefix, job.suffix, doc_key=job.doc_key, extra=job.extra)
                 self.metrics.requests.labels("warmup", "ok").inc()
             except Exception:  # noqa: BLE001 - a warmup is best effort: counted, not answered
                 self.metrics.requests.labels("warmup", "error").inc()
@@ -264,12 +264,6 @@ class EngineService:
             return web.Response(status=401, text="token required\n")
         body, ctype = self.metrics.text()
         return web.Response(body=body, headers={"Content-Type": ctype})
-
-def _extra(job: Job) -> dict:
-    """`extra=` for the engine and the pipeline only when the request has chunks: the in-process
-    Engine takes the parameter once issue 22's engine part lands (client.EngineClient has it)."""
-    return {"extra": job.extra} if job.extra else {}
-
 
 async def _cors(request: web.Request, response: web.StreamResponse) -> None:
     """Let allowed browser pages read the answers (the guard refused the other origins)."""
