@@ -87,19 +87,18 @@ def _complete_raw(a: argparse.Namespace, r: config.Resolved) -> int:
 def _complete_file(a: argparse.Namespace, r: config.Resolved) -> int:
     """File mode: the syntax-aware pipeline (gate → context → engine → post-process)."""
     from .documents import PositionError, language_for
-    from .pipeline import CompletionOptions, _snapshot, complete_at, make_engine, resolve_offset
+    from .pipeline import CompletionOptions, complete_at, make_engine, resolve_offset
 
     text = read_source_file(a.path)
     language = language_for(path=a.path)
-    snap = _snapshot(text, language)
     try:
-        resolve_offset(snap, (a.line, a.col))
+        resolve_offset(text, (a.line, a.col))
     except PositionError as e:
         raise UsageError(str(e)) from None
     engine = make_engine(**{k: r.values[k] for k in r.values if config.OPTIONS[k].scope in ("engine", "client")}
                          | {"engine_api_key": r.engine_key()[0]})
     opts = CompletionOptions(max_new_tokens=r.values["max_new_tokens"], syntax=r.build(config.SyntaxOptions))
-    c = complete_at(engine, snap, (a.line, a.col), language=language, doc_key=str(Path(a.path).resolve()),
+    c = complete_at(engine, text, (a.line, a.col), language=language, doc_key=str(Path(a.path).resolve()),
                     options=opts)
     if a.json:
         print(json.dumps(c.to_json()))

@@ -8,6 +8,7 @@ start, the window start moves on a grid of lines, so while the user types only t
 the prompt change."""
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -15,11 +16,17 @@ from tree_sitter import Node
 
 from ..config import SyntaxOptions
 from ..documents import Snapshot, line_starts
+from .deadline import NEVER, Deadline
 from .lang import captures, spec
 
 # Characters per token never exceed this for the tokenizers we meet (code averages 3–4): it
 # bounds how much text is looked at and tokenized.
 MAX_CHARS_PER_TOKEN = 12
+# A window cut inside one long line (minified code, data) sits on a grid of this many chars, so
+# it moves once per CUT_GRID typed chars and the engine's cache keeps what is before it.
+CUT_GRID = 256
+IMPORT_REACH = 64 * 1024  # imports are looked for in the file's first and the window's last bytes
+_SPACE = re.compile(r"\s")
 
 
 @dataclass(frozen=True)
@@ -36,6 +43,7 @@ class Context:
     spans: tuple[Span, ...]
     tokens: int      # prefix + suffix as the engine will count them
     raw_tokens: int  # what a raw prefix/suffix window of the same budget would use
+    skipped: tuple[str, ...] = ()  # checks the deadline left out: "header"
 
     @property
     def saved(self) -> int:
@@ -56,20 +64,21 @@ class _LineTokens:
     sum of its lines (an over-estimate for byte-level BPE, whose pre-tokenizer merges a newline
     with the next line's indentation), so each line is tokenized once."""
 
-    def __init__(self, text: str, starts: list[int], count_tokens: Callable[[str], int]):
-        self.text, self.starts, self.count = text, starts, count_tokens
+    def __init__(self, text: str, starts: list[int], end: int, count_tokens: Callable[[str], int]):
+        self.text, self.starts, self.end, self.count = text, starts, end, count_tokens
         self.memo: dict[int, int] = {}
 
     def line(self, i: int) -> int:
         if i not in self.memo:
-            end = self.starts[i + 1] if i + 1 < len(self.starts) else len(self.text)
+            end = self.starts[i + 1] if i + 1 < len(self.starts) else self.end
             self.memo[i] = self.count(self.text[self.starts[i]:end])
         return self.memo[i]
 
 
 def select_context(snap: Snapshot, offset: int, count_tokens: Callable[[str], int], budget: int,
-                   opts: SyntaxOptions = SyntaxOptions()) -> Context:
-    """Prefix/suffix for a completion at char `offset` whose token count is at most `budget`."""
+                   opts: SyntaxOptions = SyntaxOptions(), deadline: Deadline = NEVER) -> Context:
+    """Prefix/suffix for a completion at char `offset` whose token count is at most `budget`;
+    the header outside the window only while `deadline` has not passed."""
     text = snap.text
     reach = max(budget, 1) * MAX_CHARS_PER_TOKEN
     lo, hi = max(offset - reach, 0), min(offset + reach, len(text))
@@ -79,19 +88,25 @@ def select_context(snap: Snapshot, offset: int, count_tokens: Callable[[str], in
     if lo:  # the first partial line is not a line start
         starts = starts[1:]
         first_line += 1
+        if not starts or starts[0] > offset:  # the cursor's line began out of reach: its part in reach stands in
+            starts, first_line = [lo] + starts, first_line - 1
     cur = max(i for i, s in enumerate(starts) if s <= offset) if starts and starts[0] <= offset else -1
 
-    lt = _LineTokens(text, starts, count_tokens)
+    lt = _LineTokens(text, starts, hi, count_tokens)
     suffix_budget = int(budget * opts.suffix_share)
-    s_end = _suffix_end(snap, offset, starts, cur, lt, suffix_budget, opts)
+    s_end = _suffix_end(snap, offset, starts, cur, hi, lt, suffix_budget, opts)
     suffix = text[offset:s_end]
     s_tok = count_tokens(suffix)
     room = budget - s_tok
     head = count_tokens(text[starts[cur]:offset]) if cur >= 0 else 0  # the cursor line so far
 
     win = lambda r: _window_start(snap, offset, starts, cur, first_line, lt, head, r, opts)
-    w_start, header_items = win(room), []
-    if w_start > 0 and snap.tree is not None:
+    w_start, header_items, skipped = win(room), [], ()
+    if w_start == offset and cur >= 0 and starts[cur] < offset:  # not even the cursor's line fits
+        w_start = _cut_inside(text, starts[cur], offset, count_tokens, room, tail=True)
+    elif w_start > 0 and snap.tree is not None and deadline.expired():
+        skipped = ("header",)
+    elif w_start > 0 and snap.tree is not None:
         # Reserve the header's share, see what falls outside, then give back what it left over:
         # the window can only grow, so the second header is a subset of the first's candidates.
         cap = int(budget * opts.header_share)
@@ -115,11 +130,41 @@ def select_context(snap: Snapshot, offset: int, count_tokens: Callable[[str], in
     # (4 chars per token is enough text to fill it for code)
     raw_pre = count_tokens(text[max(offset - 4 * budget, 0):offset])
     raw = min(raw_pre + min(count_tokens(text[offset:offset + 4 * budget]), suffix_budget), budget)
-    return Context(prefix, suffix, spans, tokens, raw)
+    return Context(prefix, suffix, spans, tokens, raw, skipped)
 
 
 def _char_range(snap: Snapshot, node: Node) -> tuple[int, int]:
-    return len(_text(snap, 0, node.start_byte)), len(_text(snap, 0, node.end_byte))
+    return snap.char_at(node.start_byte), snap.char_at(node.end_byte)
+
+
+def _cut_inside(text: str, a: int, b: int, count_tokens: Callable[[str], int], room: int, tail: bool) -> int:
+    """A cut p inside one long line [a, b) so that text[p:b] (`tail`: the prefix side) or
+    text[a:p] (the suffix side) fits `room` tokens, about as much as fits: on the CUT_GRID of
+    absolute positions, then moved to whitespace within a grid step so that the window does not
+    open or end inside a token. Costs a few tokenizer calls over at most `room` tokens of text."""
+    if room <= 0 or a >= b:
+        return b if tail else a
+    sample = text[max(b - 2048, a):b] if tail else text[a:min(a + 2048, b)]
+    span = int(room * len(sample) / max(count_tokens(sample), 1))  # chars that should fit
+    for _ in range(8):
+        if tail:
+            p = min(max(-(-(b - span) // CUT_GRID) * CUT_GRID, a), b)
+            fits = count_tokens(text[p:b]) <= room
+        else:
+            p = max(min((a + span) // CUT_GRID * CUT_GRID, b), a)
+            fits = count_tokens(text[a:p]) <= room
+        if fits:
+            break
+        span = span * 3 // 4
+    else:
+        return b if tail else a
+    if tail and p > a:  # whitespace within one grid step, else the grid itself (text without any)
+        m = _SPACE.search(text, p, min(p + CUT_GRID, b))
+        return m.end() if m else p
+    if not tail and p < b:
+        k = max(text.rfind(" ", max(p - CUT_GRID, a), p), text.rfind("\t", max(p - CUT_GRID, a), p))
+        return k if k > a else p
+    return p
 
 
 # -- windows ---------------------------------------------------------------------------------
@@ -188,23 +233,25 @@ def _first_fitting(lowest: int, cur: int, first_line: int, g: int, lt: _LineToke
     return best
 
 
-def _suffix_end(snap: Snapshot, offset: int, starts: list[int], cur: int, lt: _LineTokens,
+def _suffix_end(snap: Snapshot, offset: int, starts: list[int], cur: int, hi: int, lt: _LineTokens,
                 budget: int, opts: SyntaxOptions) -> int:
     """End of the suffix window: whole lines (at most `suffix_lines` after the cursor line) that
-    fit `budget`, ended before a syntax boundary when one lies in the window's second half."""
+    fit `budget`, ended before a syntax boundary when one lies in the window's second half; the
+    part of the cursor's line that fits when even that line does not (it ends past `hi`, the
+    reach of the window)."""
     text = snap.text
     if budget <= 0 or cur < 0:
         return offset
-    rest_end = starts[cur + 1] if cur + 1 < len(starts) else len(text)
+    rest_end = starts[cur + 1] if cur + 1 < len(starts) else hi
     used = lt.count(text[offset:rest_end])
-    if used > budget:
-        return offset
+    if used > budget or rest_end < len(text) and cur + 1 >= len(starts):
+        return _cut_inside(text, offset, rest_end, lt.count, budget, tail=False)
     k = cur + 1  # the suffix ends at starts[k] (or the text's end when k == len(starts))
     while k < len(starts) and k - cur <= opts.suffix_lines and used + lt.line(k) <= budget:
         used += lt.line(k)
         k += 1
     if k >= len(starts):
-        return len(text)
+        return hi
     half = cur + 1 + (k - cur - 1) // 2
     bounds = _boundary_lines(snap, starts, half, k)
     return starts[max(bounds)] if bounds else starts[k]
@@ -232,9 +279,17 @@ def _header_candidates(snap: Snapshot, offset: int, w_start: int, s_end: int,
                        opts: SyntaxOptions) -> list[_Item]:
     b_cur, b_win, b_end = snap.byte_at(offset), snap.byte_at(w_start), snap.byte_at(s_end)
     items: list[_Item] = []
-    for n in captures(snap, "imports", 0, b_win).get("import", []):
-        if n.end_byte <= b_win:
-            items.append(_Item("import", n, _text(snap, n.start_byte, n.end_byte), 1, -1.0))
+    # the file's top and the last bytes before the window: a query over all of a 1 MB file
+    # walks every node of it
+    ranges = [(0, min(b_win, IMPORT_REACH))]
+    if b_win > IMPORT_REACH:
+        ranges.append((max(b_win - IMPORT_REACH, IMPORT_REACH), b_win))
+    seen: set[int] = set()
+    for lo, hi in ranges:
+        for n in captures(snap, "imports", lo, hi).get("import", []):
+            if n.end_byte <= b_win and n.id not in seen:
+                seen.add(n.id)
+                items.append(_Item("import", n, _text(snap, n.start_byte, n.end_byte), 1, -1.0))
     reach = 64 * 1024  # siblings farther away than this are not worth a query over the file
     defs = captures(snap, "definitions", max(b_win - reach, 0), b_end + reach)
     bodies = {d.id: b for d, b in _pair_bodies(defs)}

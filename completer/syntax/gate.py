@@ -22,6 +22,7 @@ class Decision:
     reason: str
 
 
+QUOTE_SCAN = 10_000  # chars before the cursor in which an unterminated quote is looked for
 # After the cursor, these alone still leave the line open for a completion (auto-closed pairs).
 _LINE_TAIL_OK = set(CLOSERS) | set("\"'`;:,. \t")
 
@@ -52,6 +53,9 @@ def _unclosed_quote(snap: Snapshot, offset: int) -> str | None:
     if not snap.tree.root_node.has_error:
         return None
     s, _ = line_bounds(snap.text, offset)
+    # a longer line is data or minified code: its last QUOTE_SCAN chars decide (a Python loop
+    # over a 1 MB line would cost 0.1 s per request)
+    s = max(s, offset - QUOTE_SCAN)
     open_q, i, before = None, 0, snap.text[s:offset]
     while i < len(before):
         ch = before[i]

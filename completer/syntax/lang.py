@@ -3,6 +3,7 @@ range around the cursor) and the few lexical conventions no query can express (b
 line comments, quotes)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -72,13 +73,16 @@ def node_at(snap: Snapshot, byte: int) -> Node | None:
     return root.descendant_for_byte_range(b, b + 1) or root
 
 
+_EOL = re.compile(r"[\r\n]")
+
+
 def line_bounds(text: str, offset: int) -> tuple[int, int]:
-    """(start, end) char offsets of the line holding `offset`, end before its terminator."""
-    s = max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1
-    e = offset
-    while e < len(text) and text[e] not in "\r\n":
-        e += 1
-    return s, e
+    """(start, end) char offsets of the line holding `offset`, end before its terminator. Costs
+    the line's length, not the document's (a minified file is one line)."""
+    s = text.rfind("\n", 0, offset) + 1
+    r = text.rfind("\r", s, offset)
+    m = _EOL.search(text, offset)
+    return max(s, r + 1), m.start() if m else len(text)
 
 
 def indent_width(s: str, tab: int = 4) -> int:
