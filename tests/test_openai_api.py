@@ -305,3 +305,14 @@ def test_the_openai_client(server):
     assert chunks[-1].usage.completion_tokens == r.usage.completion_tokens
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=f"http://{server}/v1", api_key="wrong", max_retries=0).models.list()
+
+
+def test_extra_is_repository_context_in_the_prompt(server):
+    """Our optional `extra` field: the chunks go in the prompt (more prompt tokens), and a
+    mistake in it is a 400 naming it (test_bad_requests_get_openai_errors)."""
+    body = {"prompt": "y = helper(", "suffix": ")\n", "max_tokens": 2, "user": "extra"}
+    chunks = [{"path": "pkg/util.py", "text": "def helper(x):\n    return x + 1\n"}]
+    status, plain = call(server, "/v1/completions", body)
+    assert status == 200
+    status, with_extra = call(server, "/v1/completions", {**body, "user": "extra2", "extra": chunks})
+    assert status == 200 and with_extra["usage"]["prompt_tokens"] > plain["usage"]["prompt_tokens"] + 5
