@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 ERROR_CODES = ("unavailable", "unauthorized", "overloaded", "bad_request", "not_ready", "model", "internal")
 
@@ -124,6 +124,13 @@ class EngineClient(Protocol):
 
     def forget(self, doc_key: str) -> None:
         """The editor closed the document: free what the engine keeps for it."""
+        ...
+
+    def reconfigure(self, **values: Any) -> None:
+        """Options changed (names and values of completer.config's schema, any scope): apply
+        those this engine uses from the next request on; the ones it does not use, and those the
+        schema marks `reload` (they need a new engine: its caller builds one), are ignored. A
+        value outside the schema raises EngineError ("bad_request") and changes nothing."""
         ...
 
     def feedback(self, doc_key: str, text: str, accepted: bool, accepted_chars: int | None = None) -> None:

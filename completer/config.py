@@ -70,7 +70,7 @@ class EngineConfig:
                          hi="max_draft_len")
     max_draft_len: int = opt(8, "the longest draft adaptive k may choose", lo=1, hi=16)
     draft_vocab: int = opt(2048, "the draft scores only the N most frequent tokens (embedded pair; 0 = all)",
-                           lo=0, hi=1 << 20)
+                           lo=0, hi=1 << 20, reload=True)
     max_new_tokens: int = opt(64, "most tokens one completion generates", lo=1, hi=4096)
     temperature: float = opt(0.0, "0 = greedy; sampling keeps the target's distribution exactly", lo=0.0, hi=10.0)
     top_p: float = opt(1.0, "nucleus sampling mass", lo=0.0, hi=1.0, lo_open=True)

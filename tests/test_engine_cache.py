@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import random_llama
 
-from completer.client import EngineError
+from completer.client import Chunk, EngineError
 from completer.engine.engine import Engine, EngineConfig
 from completer.engine.models import Pair, load_tokenizer
 from completer.engine.runner import common_prefix_len, forward_many
@@ -144,6 +144,22 @@ def test_warmup_prefills_what_the_request_reuses(tok):
     c = e.complete(prefix + "u", suffix, doc_key="w")
     assert c.prefill_tokens <= 3  # only the typed character's tokens
     assert c.token_ids == fresh.complete(prefix + "u", suffix, doc_key="x").token_ids
+
+
+def test_warmup_with_chunks_leaves_the_prompt_complete_reads(tok):
+    """The same arguments give the same prompt: a warmup with chunks of other files fills the
+    target's and the draft's caches with exactly what the completion then reads."""
+    pair = random_pair(tok, seed=8)
+    e, fresh = engine(pair), engine(pair)
+    prefix, suffix = "def volume(r, h):\n    return area(", ")\n"
+    extra = (Chunk("geo/shapes.py", "def area(r):\n    ..."),)
+    prompt = e.fim_prompt(prefix, suffix, None, extra)
+    assert prompt != e.fim_prompt(prefix, suffix) and len(prompt) > len(e.fim_prompt(prefix, suffix))
+    assert e.warmup(prefix, suffix, doc_key="w", extra=extra) == len(prompt)
+    assert e.caches["w"].target.ids == prompt and e.caches["w"].draft.ids == prompt
+    c = e.complete(prefix, suffix, doc_key="w", extra=extra)
+    assert c.prompt_tokens == len(prompt) and c.prefill_tokens <= 1
+    assert c.token_ids == fresh.complete(prefix, suffix, doc_key="x", extra=extra).token_ids
 
 
 def test_draft_length_adapts_per_syntax_node_kind(tok):

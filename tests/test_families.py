@@ -22,6 +22,7 @@ from transformers import (
     Starcoder2ForCausalLM,
 )
 
+from completer.client import Chunk
 from completer.engine.drafters import AdaptiveK, CombinedDrafter, FastPathDrafter, ModelDrafter, NgramDrafter
 from completer.engine.families import Unsupported, layout_of
 from completer.engine.models import load_model
@@ -430,3 +431,37 @@ def test_render_text_prompts_for_remote_servers():
     assert (FIM_FORMATS["qwen"].repo_name, FIM_FORMATS["starcoder"].file_sep) == ("<|repo_name|>", "<file_sep>")
     with pytest.raises(ValueError):
         render("auto", "P", "S")
+
+
+CHUNKS = (Chunk("pkg/geometry.py", "def area(w, h):\n    ..."), Chunk("web/util.ts", "export function f() {}\n"))
+
+
+@pytest.mark.parametrize("name", [n for n in FAMILY_TOKENS if n != "codellama"])  # its "<PRE> " is "▁<PRE>"
+def test_repository_context_is_one_rendering_for_tokens_and_text(name):
+    """The engine's token prompt with chunks of other files is the OpenAI client's text prompt,
+    token for token: file separators where the family has them (before its FIM prompt), else a
+    path comment per chunk at the start of the prefix."""
+    tok = bpe(FAMILY_TOKENS[name])
+    fmt = FimFormat.detect(tok)
+    prefix, suffix = "def f(x):\n    return area(", ")\n"
+    prompt = build_prompt(tok, fmt, prefix, suffix, 200, CHUNKS)
+    assert tok.decode(prompt, skip_special_tokens=False) == render(name, prefix, suffix, CHUNKS)
+    sep = FIM_FORMATS[name].file_sep
+    if sep is not None:
+        assert prompt[0] == tok.token_to_id(sep) and prompt.count(tok.token_to_id(sep)) == len(CHUNKS)
+    else:
+        assert "# pkg/geometry.py\ndef area(w, h):\n    ...\n\n// web/util.ts\n" in render(name, prefix, suffix, CHUNKS)
+
+
+def test_chunks_count_in_the_budget_and_stay_whole():
+    """Chunks are kept whole and in order while they take at most half the budget; the prompt
+    never exceeds it; a context that fits is taken whole (no second cut of the suffix)."""
+    tok = bpe(FAMILY_TOKENS["completer"])
+    fmt = FimFormat.detect(tok)
+    big = (CHUNKS[0], Chunk("big.py", "x = 1\n" * 400), CHUNKS[1])
+    prompt = build_prompt(tok, fmt, "y = 2\n" * 100, "", 120, big)
+    text = tok.decode(prompt, skip_special_tokens=False)
+    assert len(prompt) <= 120 and "# pkg/geometry.py" in text and "big.py" not in text and "util.ts" not in text
+    suffix = "    return y\n" * 12  # most of the prompt: more than the 25 % share of a raw cut
+    whole = build_prompt(tok, fmt, "def f(x):\n", suffix, 80)  # 50 + 7 tokens: fits
+    assert tok.decode(whole, skip_special_tokens=False) == render("completer", "def f(x):\n", suffix)

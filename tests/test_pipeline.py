@@ -41,6 +41,9 @@ class Scripted:
     def close(self):
         pass
 
+    def reconfigure(self, **values):
+        pass
+
     def complete(self, prefix, suffix="", *, doc_key="_default", max_new=None, stop_text=None, cancel=None,
                  on_text=None, node_kind=None, language=None):
         self.calls.append({"prefix": prefix, "suffix": suffix, "doc_key": doc_key, "max_new": max_new,

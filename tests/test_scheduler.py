@@ -112,6 +112,31 @@ def test_warmup_yields_to_interactive_requests(tok):  # noqa: F811
     assert e.sched.depth() == (0, 0)
 
 
+def test_a_request_for_the_warming_document_takes_over_after_one_chunk(tok):  # noqa: F811
+    """A warmup holds the document's caches when a request for that document arrives on another
+    thread: the warmup stops after the chunk it is computing, and the request reuses it."""
+    pair = random_pair(tok)
+    e, fresh = engine(pair, warmup_chunk=16), engine(pair)
+    prompt = PROMPT * 2
+    real = e.sched.batcher.forward
+    started: dict = {}
+
+    def spy(runner, ids):
+        if "i" not in started:  # the warmup's first chunk: the request comes now
+            started["i"] = in_thread(e.complete_ids, prompt, doc_key="w")
+            wait_until(lambda: e.sched.waiting_for("w") == 1, "the request waits for the chunk")
+        return real(runner, ids)
+
+    e.sched.batcher.forward = spy
+    computed = e.prefill(prompt, doc_key="w")
+    th, box = started["i"]
+    th.join()
+    ids, st = box["out"]
+    assert computed == 16 and st.prefill_tokens == len(prompt) - 16
+    assert ids == fresh.complete_ids(prompt, doc_key="x")[0]
+    assert e.sched.depth() == (0, 0)
+
+
 def test_warmup_for_a_document_with_a_request_is_dropped(tok):  # noqa: F811
     e = engine(random_pair(tok), drafter="none", max_new_tokens=20)
     got = {}

@@ -161,7 +161,7 @@ class Engine:
         with self.sched.cond:
             self.cfg = cfg
             self.sampling = Sampling(cfg.temperature, cfg.top_p)
-            if cfg.seed != old.seed:
+            if "seed" in values:  # the sampler starts again from it, as after a restart
                 self.gen = torch.Generator().manual_seed(cfg.seed)
             if cfg.max_draft_len != old.max_draft_len:
                 for cache in self.caches.values():

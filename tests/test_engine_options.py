@@ -1,0 +1,128 @@
+"""Engine.reconfigure: every EngineConfig option either applies to the live engine from the next
+request on (stats show it, and its effect is seen where one can be) or the schema marks it
+reload (it needs new models or runners: a new Engine)."""
+from __future__ import annotations
+
+import math
+from dataclasses import fields
+
+import pytest
+from test_engine_cache import engine, random_pair, tok  # noqa: F401 - the fixture is used by name
+
+from completer.client import EngineError
+from completer.config import OPTIONS, EngineConfig
+from completer.engine.engine import LIVE_OPTIONS
+from completer.engine.sampling import Sampling
+
+PREFIX, SUFFIX = "def area(r):\n    return 3.14 * r * r\n\n\ndef volume(r, h):\n    return ", "\n"
+
+
+def check_max_new_tokens(e, v):
+    assert e.complete(PREFIX, SUFFIX, doc_key="n").new_tokens <= v
+
+
+def check_sampling(e, _):
+    assert e.sampling == Sampling(e.cfg.temperature, e.cfg.top_p)
+
+
+def check_seed(e, v):
+    """A new seed reseeds the sampler: the same seed gives the same sample again, another seed
+    another one, and none of it is the greedy answer."""
+    greedy = e.complete(PREFIX, SUFFIX, doc_key="s").token_ids
+    e.reconfigure(temperature=3.0)
+    runs = {}
+    for i, seed in enumerate((v, v + 1, v)):
+        e.reconfigure(seed=seed)  # a new document each: draft lengths learnt would change the draws
+        runs.setdefault(seed, []).append(e.complete(PREFIX, SUFFIX, doc_key=f"s{i}").token_ids)
+    assert runs[v][0] == runs[v][1] and runs[v][0] != runs[v + 1][0]
+    assert greedy not in (runs[v][0], runs[v + 1][0])
+    e.reconfigure(temperature=0.0)
+
+
+def check_draft_lengths(e, _):
+    """Documents cached before the change take the new bound; a new one starts at draft_len."""
+    e.complete(PREFIX, SUFFIX, doc_key="old")
+    e.reconfigure(draft_len=1, max_draft_len=1)
+    assert e.caches["old"].k.k_max == 1
+    for doc in ("old", "new"):
+        c = e.complete(PREFIX, SUFFIX, doc_key=doc)
+        assert c.extra["proposed"] <= c.target_forwards  # one draft token per verify at most
+
+
+def check_kv_budget(e, _):
+    """A smaller budget evicts idle documents down to it at once, least recently used first."""
+    for doc in ("a", "b", "c"):
+        e.complete(PREFIX, SUFFIX, doc_key=doc, max_new=1)
+    evicted = e.counters["evictions"]
+    e.reconfigure(kv_budget_mb=1.5 * e.cache_bytes / 2**20)
+    assert list(e.caches) == ["c"] and e.kv_bytes() <= e.budget
+    assert e.counters["evictions"] == evicted + 2
+
+
+def check_scheduler(e, _):
+    s, b = e.sched.cfg, e.sched.batcher
+    assert (s.max_batch, s.batch_wait_ms, s.max_queue, s.step_tokens) == \
+        (e.cfg.max_batch, e.cfg.batch_wait_ms, e.cfg.max_queue, e.cfg.batch_step_tokens)
+    assert (b.max_batch, b.wait_s, b.step_tokens) == (e.cfg.max_batch, e.cfg.batch_wait_ms / 1e3,
+                                                      e.cfg.batch_step_tokens)
+
+
+def check_warmup_chunk(e, v):
+    calls = []
+    real = e.sched.batcher.forward
+    e.sched.batcher.forward = lambda runner, ids: calls.append(len(ids)) or real(runner, ids)
+    n = e.warmup(PREFIX, SUFFIX, doc_key="w")
+    e.sched.batcher.forward = real
+    assert max(calls) <= v and len(calls) == 2 * math.ceil(n / v)  # target and draft
+
+
+def check_type_through(e, v):
+    first = e.complete(PREFIX, SUFFIX, doc_key="t")
+    c = e.complete(PREFIX + first.text[:1], SUFFIX, doc_key="t")
+    assert (c.stop_reason == "type_through") == v
+
+
+# option → (a new value, what shows it applied); values differ from engine()'s
+LIVE = {
+    "draft_len": (1, check_draft_lengths),
+    "max_draft_len": (6, check_draft_lengths),
+    "max_new_tokens": (3, check_max_new_tokens),
+    "temperature": (0.5, check_sampling),
+    "top_p": (0.5, check_sampling),
+    "kv_budget_mb": (64.0, check_kv_budget),
+    "seed": (7, check_seed),
+    "max_batch": (1, check_scheduler),
+    "batch_wait_ms": (5.0, check_scheduler),
+    "max_queue": (3, check_scheduler),
+    "batch_step_tokens": (0, check_scheduler),
+    "warmup_chunk": (8, check_warmup_chunk),
+    "type_through": (True, check_type_through),
+}
+
+
+@pytest.mark.parametrize("name", [f.name for f in fields(EngineConfig)])
+def test_every_option_applies_live_or_is_marked_reload(tok, name):  # noqa: F811
+    reload = OPTIONS[name].meta["reload"]
+    assert (name in LIVE_OPTIONS) == (not reload)
+    e = engine(random_pair(tok))
+    if reload:
+        before = e.stats()["config"][name]
+        e.reconfigure(**{name: before})  # the caller builds a new Engine for it: not applied here
+        assert name not in LIVE, f"{name} is marked reload but has a live check"
+        return
+    assert name in LIVE, f"{name} applies live but nothing shows it"
+    value, check = LIVE[name]
+    assert e.stats()["config"][name] != value
+    e.reconfigure(**{name: value})
+    assert e.stats()["config"][name] == value
+    check(e, value)
+
+
+def test_a_bad_value_changes_nothing_and_other_scopes_are_not_the_engines(tok):  # noqa: F811
+    e = engine(random_pair(tok))
+    before = e.stats()["config"]
+    with pytest.raises(EngineError) as err:
+        e.reconfigure(temperature=0.5, top_p=0.0)  # top_p must be > 0
+    assert err.value.code == "bad_request" and e.stats()["config"] == before and e.sampling == Sampling()
+    e.reconfigure(debounce_ms=10, engine_timeout_ms=500, max_lines=3)  # the LSP's and client's
+    assert e.stats()["config"] == before
