@@ -1,6 +1,8 @@
 """Each quantization mode loads and generates; unsupported combinations fail clearly."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from conftest import random_llama
@@ -90,3 +92,22 @@ def test_nf4_on_the_cpu_refuses_widths_its_kernel_cannot_pack(tmp_path):
     random_llama(96, 1, seed=0, vocab=300, dtype=torch.float32).save_pretrained(tmp_path)
     with pytest.raises(ModelError, match=r"nf4 on the CPU needs layer input widths divisible by 64.*fast-int8"):
         load_model(str(tmp_path), torch.device("cpu"), torch.float32, "nf4")
+
+
+def test_modes_dtypes_and_devices_are_the_schemas():
+    """What the engine accepts is exactly what the option schema offers (config.py), no more."""
+    from completer.config import OPTIONS
+    from completer.engine.models import QUANT_MODES, resolve_device, resolve_dtype
+
+    assert QUANT_MODES == OPTIONS["quant"].meta["choices"]
+    cpu = torch.device("cpu")
+    for name in OPTIONS["dtype"].meta["choices"]:
+        assert isinstance(resolve_dtype(name, cpu), torch.dtype)
+    for bad in ("float64", "int8"):  # not options: the engine refuses them too
+        with pytest.raises(ModelError, match="expected one of auto, float32"):
+            resolve_dtype(bad, cpu)
+    valid, allowed = OPTIONS["device"].meta["check"]
+    for dev in ("tpu", "cpu:0", "gpu"):
+        assert not valid(dev)
+        with pytest.raises(ModelError, match=re.escape(f"expected {allowed}")):
+            resolve_device(dev)

@@ -10,13 +10,17 @@ from pathlib import Path
 import torch
 
 from ..client import EngineError
+from ..config import OPTIONS
 
+# The schema's lists are the only ones (config.py's quant, dtype and device options).
 # int8 / nf4: bitsandbytes (the memory-capacity path, any HF model); fp16 / fast-int8 / mixed:
 # our lean runner's weights (every family of families.py), see quant.py. auto: fp16 storage where
 # it is lossless in practice and faster (a 16-bit checkpoint computed in fp32 on the CPU: a
 # verify forward over 7 tokens costs ~1.2 single steps instead of ~2.1-2.5 with MKL's fp32
 # GEMM, see bench/speculative.py), else none.
-QUANT_MODES = ("auto", "none", "fp16", "int8", "nf4", "fast-int8", "mixed")
+QUANT_MODES: tuple[str, ...] = OPTIONS["quant"].meta["choices"]
+DTYPE_NAMES: tuple[str, ...] = OPTIONS["dtype"].meta["choices"]
+LEAN_MODES = ("fp16", "fast-int8", "mixed")  # of QUANT_MODES: our lean runner's (the others: bitsandbytes)
 
 
 class ModelError(EngineError):
@@ -37,23 +41,22 @@ class Pair:
 def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    valid, allowed = OPTIONS["device"].meta["check"]
+    if not valid(device):
+        raise ModelError(f"--device {device}: expected {allowed}")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelError(f"--device {device}: CUDA is not available on this machine")
-    if device not in ("cpu",) and not device.startswith("cuda"):
-        raise ModelError(f"--device {device}: expected auto, cpu or cuda[:N]")
     return torch.device(device)
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    table = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
-             "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float64": torch.float64}
+    if dtype not in DTYPE_NAMES:
+        raise ModelError(f"--dtype {dtype}: expected one of {', '.join(DTYPE_NAMES)}")
     if dtype == "auto":
         # fp32 on CPU: without AVX-512/AMX (e.g. AVX2 EPYC) bf16 is emulated and ~20x slower.
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    if dtype not in table:
-        raise ModelError(f"--dtype {dtype}: expected auto, {', '.join(sorted(table))}")
-    return table[dtype]
+    return {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
+            "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}[dtype]
 
 
 def _check_dir(name: str) -> None:
@@ -80,7 +83,7 @@ def load_tokenizer(name: str):
 
 
 def _quant_config(quant: str, dtype: torch.dtype):
-    if quant in ("auto", "none", "fp16", "fast-int8", "mixed"):
+    if quant in ("auto", "none", *LEAN_MODES):
         return None
     from transformers import BitsAndBytesConfig
     if quant == "int8":
@@ -105,7 +108,7 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, quant: str =
             from .quant import MODE_GROUPS, quantize_weights
             quantize_weights(model, MODE_GROUPS["fp16"])
         return model
-    if quant in ("fp16", "fast-int8", "mixed"):
+    if quant in LEAN_MODES:
         from .quant import DEFAULT_GROUPS, MODE_GROUPS, quantize_weights
         from .runner import LlamaWeights, lean_supported
         model = load_model(name, device, dtype, "none", True)
