@@ -135,7 +135,7 @@ async def test_a_signal_mid_stream_ends_each_answer_with_an_error():
 def test_type_through_records_are_bounded_by_count_chars_and_age(monkeypatch):
     """A /v1 `user` is a document: type-through keeps its prefix and suffix. 1024 of them could hold
     ~4 GiB; now the oldest go past RECORDS_MAX, RECORDS_CHARS or RECORD_TTL_S."""
-    from completer.engine import engine as eng
+    from completer.engine import records as eng
 
     monkeypatch.setattr(eng, "RECORDS_MAX", 4)
     monkeypatch.setattr(eng, "RECORDS_CHARS", 1000)
