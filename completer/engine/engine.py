@@ -31,7 +31,7 @@ from .caches import DocCache, kv_reserve_bytes
 from .calibrate import measure_step_costs
 from .drafters import CombinedDrafter, FastPathDrafter, ModelDrafter
 from .models import ModelError, Pair, load_pair
-from .prompt import build_prompt
+from .prompt import build_prompt, encode_text
 from .quant import model_bytes
 from .records import Record, Records, StopFlag
 from .runner import LlamaWeights, common_prefix_len
@@ -178,7 +178,7 @@ class Engine:
         return prompt_budget(self.ctx, max_new or self.cfg.max_new_tokens, self.cfg.max_draft_len)
 
     def count_tokens(self, text: str) -> int:
-        return len(self.tok.encode(text, add_special_tokens=False).ids)
+        return len(encode_text(self.tok, text))
 
     def fim_prompt(self, prefix: str, suffix: str, max_new: int | None = None,
                    extra: Sequence[Chunk] = ()) -> list[int]:

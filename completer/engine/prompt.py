@@ -8,14 +8,62 @@ it stays the same while the user types and the per-document KV cache keeps match
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 
 from ..client import Chunk
-from ..fim import SENTINEL_TOKENS, FimFormat, extra_pieces, leads_prompt, token_id
+from ..fim import FIM_FORMATS, SENTINEL_TOKENS, FimFormat, extra_pieces, leads_prompt, token_id
 
 PREFIX_GRID_LINES = 16  # the prefix window starts on a multiple of this line: stable while typing
 TOKEN_GRID = 32         # when even one grid block is too long, drop tokens in steps of this
 CHARS_PER_TOKEN_MAX = 12  # no tokenizer packs more into a token: a longer text cannot fit whole
+
+
+@dataclass(frozen=True)
+class _TextTokenizer:
+    tok: object              # a copy of the model's tokenizer that reads special tokens as text
+    control: frozenset[int]  # ids document text must never produce
+    split: re.Pattern | None  # the control strings, when the vocabulary has any outside its specials
+
+
+@lru_cache(maxsize=8)
+def _text_tokenizer(tok) -> _TextTokenizer:
+    plain = type(tok).from_str(tok.to_str())
+    plain.encode_special_tokens = True
+    added = tok.get_added_tokens_decoder()
+    control = {i for i, t in added.items() if t.special}
+    strings = {t.content for i, t in added.items() if t.special}
+    for f in FIM_FORMATS.values():  # a family may keep its FIM tokens as plain added tokens (Qwen2.5)
+        for text in (*f.sentinels(), *f.stops, f.repo_name, f.file_sep):
+            i = token_id(tok, text) if text else None
+            if i is not None:
+                control.add(i)
+                strings.add(text.strip())
+    strings = sorted((t for t in strings if len(t) > 1), key=len, reverse=True)
+    return _TextTokenizer(plain, frozenset(control), re.compile("|".join(map(re.escape, strings))) if strings else None)
+
+
+def encode_text(tok, text: str) -> list[int]:
+    """Ids of document text, never a control token. `encode(..., add_special_tokens=False)` only
+    leaves out what a template adds around the text: "<|endoftext|>" written in a document is
+    still the end-of-text token. A copy of the tokenizer with `encode_special_tokens` reads the
+    special tokens as text; a control string the vocabulary holds as a plain added token is
+    split after its first char (measured: encode_text costs what encode does, see
+    tests/test_bounds.py)."""
+    if not text:
+        return []
+    t = _text_tokenizer(tok)
+    ids = t.tok.encode(text, add_special_tokens=False).ids
+    if t.control.isdisjoint(ids):
+        return ids
+    ids, start = [], 0
+    for m in t.split.finditer(text) if t.split is not None else ():
+        ids += t.tok.encode(text[start:m.start() + 1], add_special_tokens=False).ids
+        start = m.start() + 1
+    ids += t.tok.encode(text[start:], add_special_tokens=False).ids
+    return [i for i in ids if i not in t.control]  # a one-char control string cannot be split
 
 
 def _lines(text: str) -> list[str]:
@@ -30,7 +78,7 @@ def build_prompt(tok, fmt: FimFormat, prefix: str, suffix: str, budget: int,
     taken whole; else chunks stay whole, in order, while they take at most half the budget, the
     suffix keeps its first lines up to `suffix_share`, the prefix its last lines from a window
     start snapped to a grid of lines."""
-    enc = lambda s: tok.encode(s, add_special_tokens=False).ids if s else []
+    enc = lambda s: encode_text(tok, s)
     if fmt.layout != "none":
         budget -= SENTINEL_TOKENS
     head: list[int] = []
