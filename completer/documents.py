@@ -11,6 +11,7 @@ text that is not an open document is parsed only around the cursor when it is la
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
 import threading
 from collections import OrderedDict
@@ -228,6 +229,15 @@ class Document:
         if self._parseable():
             self.tree = parser_for(self.language).parse(encode(text))
 
+    def parse(self) -> None:
+        """Parse again after `drop_tree` (nothing to do when the tree is there or cannot be)."""
+        if self.tree is None and self._parseable():
+            self.tree = parser_for(self.language).parse(encode(self.text))
+
+    def drop_tree(self) -> None:
+        """Free the tree (≈35× the text's size) of a document that is not being edited."""
+        self.tree = None
+
     def _parseable(self) -> bool:
         return (self.language is not None and len(self.text) <= MAX_PARSE_BYTES
                 and not is_binary(self.text) and len(encode(self.text)) <= MAX_PARSE_BYTES)
@@ -325,14 +335,15 @@ def _point(text: str, offset: int) -> Point:
 
 
 class Documents:
-    """The open documents of one client, keyed by URI, at most `max_open` of them: opening one
-    more drops the least recently used and tells `on_evict(uri)`. Mutated on one thread (the LSP
-    loop); workers read `Snapshot`s."""
+    """The open documents of one client, keyed by URI: at most `max_open` of them (opening one
+    more drops the least recently used and tells `on_evict(uri)`), and trees for the
+    `max_parsed` most recently used (another is parsed again when it is used). Mutated on one
+    thread (the LSP loop); workers read `Snapshot`s."""
 
     def __init__(self, encoding: str = "utf-16", max_open: int | None = None,
-                 on_evict: Callable[[str], None] = lambda uri: None):
-        self.encoding, self.max_open, self.on_evict = encoding, max_open, on_evict
-        self._docs: OrderedDict[str, Document] = OrderedDict()
+                 on_evict: Callable[[str], None] = lambda uri: None, max_parsed: int | None = None):
+        self.encoding, self.max_open, self.on_evict, self.max_parsed = encoding, max_open, on_evict, max_parsed
+        self._docs: OrderedDict[str, Document] = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
 
     def open(self, uri: str, text: str, language_id: str | None = None, version: int = 0) -> Document:
@@ -340,7 +351,7 @@ class Documents:
         evicted = []
         with self._lock:
             self._docs[uri] = doc
-            self._docs.move_to_end(uri)
+            self._used(uri)
             while self.max_open is not None and len(self._docs) > self.max_open:
                 evicted.append(self._docs.popitem(last=False)[0])
         for old in evicted:
@@ -350,8 +361,17 @@ class Documents:
     def get(self, uri: str) -> Document | None:
         doc = self._docs.get(uri)
         if doc is not None:
-            self._docs.move_to_end(uri)  # recently used: the last to be evicted
+            self._used(uri)
+            doc.parse()
         return doc
+
+    def _used(self, uri: str) -> None:
+        """`uri` becomes the most recently used; the tree that falls out of the last
+        `max_parsed` is freed."""
+        self._docs.move_to_end(uri)
+        if self.max_parsed is not None:
+            for d in itertools.islice(reversed(self._docs.values()), self.max_parsed, None):
+                d.drop_tree()  # ≈0.1 ms for 2 000 documents, once per edit
 
     def uris(self) -> list[str]:
         return list(self._docs)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from completer import errors
 from completer.client import EngineClient, EngineError
 from completer.config import needs_reload
-from completer.documents import Documents, PositionError
+from completer.documents import Documents, PositionError, parser_count
 from completer.pipeline import complete_at, make_engine, warmup_at
 from completer.syntax import detect_triggers
 
@@ -25,6 +25,11 @@ from .options import ServerOptions
 
 log = logging.getLogger("completer.lsp")
 MAX_DOCUMENT_CHARS = 16 * 2**20  # a larger document is not kept: no completions there, one warning
+# Open documents kept: opening one more drops the least recently used (one warning per session).
+# Only the most recently used keep a syntax tree (0.5 MB for a 15 KB Python file, 35× its text);
+# another one is parsed again when it is edited or completed in.
+MAX_OPEN_DOCUMENTS = 2000
+MAX_PARSED_DOCUMENTS = 64
 Say = Callable[[str, str], None]  # (level: "error" | "warning" | "info", text) → the user
 Progress = Callable[[int, str], None]  # (percent, stage); called on the engine thread
 
@@ -52,7 +57,7 @@ class Request:
 class Service:
     def __init__(self, options: ServerOptions = ServerOptions(), say: Say = lambda level, text: None):
         self.options, self.say = options, say
-        self.docs = Documents()
+        self.docs = self._documents()
         self.engine: EngineClient | None = None
         self.engine_state = "not loaded"  # not loaded | loading | ready | failed: <why>
         self.engine_options: dict | None = None  # the option values the latest load started with
@@ -74,7 +79,7 @@ class Service:
         """A new session (initialize): its options, no documents."""
         self.close_all()
         self.options = options
-        self.docs = Documents(encoding)
+        self.docs = self._documents(encoding)
 
     def update(self, options: ServerOptions) -> list[str]:
         """New options within the session; returns the changed ones that need new models (none
@@ -164,6 +169,18 @@ class Service:
         fut.add_done_callback(lambda f: f.cancelled() or f.exception() is None or self._fault(f.exception()))
 
     # -- documents ---------------------------------------------------------------------------
+    def _documents(self, encoding: str = "utf-16") -> Documents:
+        self.evicted_said = False
+        return Documents(encoding, MAX_OPEN_DOCUMENTS, self._evicted, MAX_PARSED_DOCUMENTS)
+
+    def _evicted(self, uri: str) -> None:
+        self.counters["evicted"] += 1
+        self.close(uri)
+        if not self.evicted_said:
+            self.evicted_said = True
+            self.say("warning", f"more than {MAX_OPEN_DOCUMENTS} documents are open: the least recently used "
+                                f"are no longer kept (first {uri}); no completions there until reopened")
+
     def open(self, uri: str, text: str, language_id: str | None, version: int) -> None:
         if len(text) > MAX_DOCUMENT_CHARS:
             self._too_large(uri, len(text))
@@ -178,6 +195,7 @@ class Service:
 
     def close(self, uri: str) -> None:
         self.docs.close(uri)
+        self.warm_next.pop(uri, None)  # its snapshot (text and tree) goes with it
         req = self.pending.pop(uri, None)
         if req is not None:
             req.stop()
@@ -185,7 +203,7 @@ class Service:
             self._background(self.engine.forget, uri)  # free the document's KV cache
 
     def close_all(self) -> None:
-        for uri in {*self.pending, *self.docs._docs}:
+        for uri in {*self.pending, *self.docs.uris()}:
             self.close(uri)
 
     def change(self, uri: str, version: int, edits: list[Edit]) -> None:
@@ -329,6 +347,7 @@ class Service:
         lat = sorted(self.latency_ms)
         pct = (lambda q: round(lat[min(int(q * len(lat)), len(lat) - 1)], 3)) if lat else (lambda q: None)
         return {"engine": self.engine_state, "engine_error": self.engine_error, "documents": len(self.docs),
+                "parsed_documents": self.docs.parsed(), "parsers": parser_count(),
                 **dict(c), "loads": c["loads"],
                 # shim: the in-process Engine.stats() names it "slots" (llama.cpp's client: kv_cached_documents)
                 "kv_cached_documents": engine_stats.get("kv_cached_documents", engine_stats.get("slots")),

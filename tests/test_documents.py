@@ -14,6 +14,9 @@ from completer.documents import (
     PositionError,
     language_for,
     line_starts,
+    parse_snapshot,
+    parser_count,
+    snapshot_around,
     ts_language,
 )
 
@@ -81,3 +84,42 @@ def test_lone_surrogates_survive():
     d = Document("u", "x = '\ud800'\n", "python")
     d.apply(0, 1, "y")
     assert d.text.startswith("y = ") and d.tree is not None
+
+
+def test_one_parser_per_language_not_per_document():
+    parser_for_each = parser_count()
+    docs = Documents()
+    for i in range(50):
+        docs.open(f"file:///{i}.py", "x = 1\n", "python")
+        docs.open(f"file:///{i}.js", "let x = 1;\n", "javascript")
+        docs.close(f"file:///{i}.py")
+    assert parser_count() - parser_for_each <= 2 and len(docs) == 50
+
+
+def test_open_documents_are_capped_and_only_recent_ones_keep_a_tree():
+    evicted: list[str] = []
+    docs = Documents(max_open=3, on_evict=evicted.append, max_parsed=2)
+    for uri in "abc":
+        docs.open(uri, f"{uri} = 1\n", "python")
+    assert docs.parsed() == 2 and docs._docs["a"].tree is None
+    a = docs.get("a")  # used again: parsed again, and "b" is now the least recently used
+    assert a.tree is not None and str(a.tree.root_node) == str(parse_snapshot("a = 1\n", "python").tree.root_node)
+    a.apply(0, 1, "z")
+    assert a.snapshot().language == "python" and docs.parsed() == 2
+    docs.open("d", "d = 1\n", "python")
+    assert evicted == ["b"] and docs.uris() == ["c", "a", "d"]
+
+
+def test_snapshot_around_a_large_text():
+    line = "    value = compute('é✓𝄞', 1)\n"
+    text = "import os\n\n\ndef f():\n" + line * 40_000 + "\n\ndef g():\n" + line * 40_000
+    offset = len(text) // 2
+    snap, start = snapshot_around(text, "python", offset, reach=20_000)
+    assert 0 < start < offset - 20_000 and offset + 10_000 < start + len(snap.text) <= offset + 20_000
+    assert text[start:start + len(snap.text)] == snap.text and text[start - 1] == "\n"
+    assert snap.tree is not None
+    small, zero = snapshot_around(text[:30_000], "python", 10, reach=20_000)
+    assert zero == 0 and small.text == text[:30_000]
+    for off in (0, 1, 4095, 4096, 4097, 12_345, len(snap.text)):  # the block table vs encoding the prefix
+        b = len(snap.text[:off].encode("utf-8", "surrogatepass"))
+        assert snap.byte_at(off) == b and snap.char_at(b) == off

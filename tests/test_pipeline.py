@@ -101,6 +101,25 @@ def test_parse_errors_are_trimmed():
     assert "(" not in r.text
 
 
+def test_the_deadline_skips_checks_and_the_result_names_them():
+    eng = Scripted("return (w *\n")
+    r = complete_at(eng, SRC, (4, 4), language="python")
+    assert r.extra["syntax_skipped"] == [] and "(" not in r.text
+    r = complete_at(eng, SRC, (4, 4), language="python", options=CompletionOptions(syntax_budget_ms=0))
+    assert r.extra["syntax_skipped"] == ["parse_check"] and r.text.startswith("return (w *")  # unchecked
+
+
+def test_a_large_text_is_parsed_around_the_cursor_and_spans_stay_in_its_offsets():
+    filler = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(12_000))
+    src = filler + SRC
+    eng = Scripted("return w * h\n")
+    off = len(filler) + SRC.index("    \n") + 4
+    r = complete_at(eng, src, off, language="python")
+    assert r.text == "return w * h"
+    spans = {k: (a, b) for k, a, b in r.extra["spans"]}
+    assert spans["prefix"][1] == off and src[spans["prefix"][0]:off] == eng.calls[-1]["prefix"][-(off - spans["prefix"][0]):]
+
+
 def test_positions_and_warmup():
     eng = Scripted("x")
     with pytest.raises(PositionError):

@@ -162,6 +162,37 @@ def test_postprocess_never_adds_parse_errors():
     assert p.errors_after <= p.errors_before and p.reason in ("trimmed to parse", "adds parse errors")
 
 
+
+def test_parse_check_on_a_one_mb_line_decides_as_on_a_small_file():
+    """The parse check sees the region around the cursor: a 1 MB list literal with an error in it
+    before the function changes nothing (it used to walk the list's 280 k children per candidate)."""
+    small = "def f(a, b):\n    return ‸\n\n\ndef g():\n    pass\n"
+    big = "data = [" + ", ".join(map(str, range(140_000))) + ",, ]\n\n\n" + small
+    for raw in ("max(a, b))", "[a, b", "a + b"):
+        want = postprocess(*at(small), raw, S)
+        got = postprocess(*at(big), raw, S)
+        assert (got.text, got.reason, got.skipped) == (want.text, want.reason, ())
+
+
+def test_an_expired_deadline_skips_the_parse_check_and_says_so():
+    from completer.syntax.deadline import Deadline
+
+    snap, off = at("def f(a, b):\n    return ‸\n")
+    p = postprocess(snap, off, "max(a, b))", S, deadline=Deadline(0.0))
+    assert p.skipped == ("parse_check",) and p.parses == 0 and p.text == "max(a, b))"
+    assert postprocess(snap, off, "max(a, b))", S).text == "max(a, b)"
+
+
+def test_a_cursor_line_longer_than_the_window_still_gets_its_end():
+    src = "data = [" + ", ".join(map(str, range(100_000))) + "‸]\n"
+    snap, off = at(src)
+    count = lambda s: (len(s) + 2) // 3
+    ctx = select_context(snap, off, count, 300)
+    assert 150 < count(ctx.prefix) <= 300 - count(ctx.suffix) and src[:off].endswith(ctx.prefix)
+    assert ctx.prefix[0] not in "0123456789" or src[off - len(ctx.prefix) - 1] == " "  # not inside a number
+    assert ctx.suffix == "]\n"
+
+
 PY_FILE = """import os
 from typing import List
 
