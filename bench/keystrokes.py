@@ -14,7 +14,11 @@ Modes, in the same run on the same model pair:
   cache+warmup  cache plus warmup prefill
   full          cache + warmup + server-side type-through
 `--lsp` drives the real language server (`python -m lsp.server`, LSP over stdio) instead and
-reports end-to-end latency for warmup on/off. `--lsp --engine E [--engine E ...]` replays the same
+reports end-to-end latency for warmup on/off. `--lsp --cases` measures three requests per
+held-out block header instead (the issue-21 cases, through the real server): a cold new document
+with the cursor on a new indented line under the header; the same document after one more
+keystroke; and a new document where the user typed that newline + indent (a warmup trigger)
+and paused `--pause-ms` before the request — which must be at least as fast as the keystroke. `--lsp --engine E [--engine E ...]` replays the same
 keystrokes through the language server on each engine, side by side (warmup on): `local` (the
 in-process engine), `serve` (a `completer serve` started here, over ws://), `llama-server` (a
 llama-server started here on the same target converted to GGUF by .ci/llamacpp.sh, through its
@@ -24,6 +28,7 @@ counts them) vs shown: what the in-loop stop saved against max_new_tokens per re
 
     python bench/keystrokes.py [--target DIR --draft DIR] [--files 2] [--chars 240]
     python bench/keystrokes.py --lsp --engine local --engine serve --engine llama-server --files 1 --chars 80
+    python bench/keystrokes.py --lsp --cases --files 8 --max-new 4
 """
 from __future__ import annotations
 
@@ -458,6 +463,91 @@ def print_engines(res: dict) -> None:
               + (f"  error: {s['engine_error']}" if s["engine_error"] else ""))
 
 
+def header_sites(files: int, rng: random.Random) -> list[tuple[Path, str, str, str, str]]:
+    """(path, before, indent, typed, after) per held-out file: a block header line (`def`, `if`,
+    ... ending in `:`) from the middle third of the file, with its body's indent; `before` ends
+    at the header's end of line, `after` is everything from there (the old body), `typed` the
+    first character of the body's first line (the one keystroke)."""
+    import re
+
+    from draft_models.data import corpus_files, read_source
+
+    paths = corpus_files(split="heldout")
+    rng.shuffle(paths)
+    out = []
+    for p in paths:
+        text = read_source(p)
+        found = [m for m in re.finditer(r"^([ \t]*)(?:def|if|for|while|with|class|try|else|elif)\b[^\n]*:[ \t]*\n"
+                                        r"(?:[ \t]*\n)*([ \t]+)(\S)", text, re.MULTILINE)
+                 if len(text) / 3 < m.start() < 2 * len(text) / 3 and len(m.group(2)) > len(m.group(1))]
+        if not found:
+            continue
+        m = rng.choice(found)
+        end = text.index("\n", m.start())
+        out.append((p, text[:end], m.group(2), m.group(3), text[end:]))
+        if len(out) == files:
+            break
+    return out
+
+
+def bench_cases(a) -> dict:
+    """The three cases of issue 21, item 6, per header site, in one language server: rows of
+    end-to-end milliseconds per case and the server's stats."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "TOKENIZERS_PARALLELISM": "false"}
+    opts = {"warmup": True, "debounce_ms": 0, "max_new_tokens": a.max_new}
+    if a.target:
+        opts.update(target=a.target, draft=a.draft)
+    lsp = LspClient([sys.executable, "-m", "lsp.server"], env)
+    rows: list[dict] = []
+
+    def complete(uri: str, line: int, col: int) -> float:
+        t0 = time.perf_counter()
+        lsp.request("textDocument/inlineCompletion", {"textDocument": {"uri": uri},
+                                                      "position": {"line": line, "character": col},
+                                                      "context": {"triggerKind": 2}})
+        return (time.perf_counter() - t0) * 1e3
+
+    def open_doc(uri: str, text: str) -> None:
+        lsp.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                             "text": text}})
+
+    try:
+        lsp.request("initialize", {"processId": os.getpid(), "rootUri": None, "capabilities": {},
+                                   "initializationOptions": opts})
+        lsp.notify("initialized", {})
+        while not str(lsp.request("completer/stats", {}).get("result", {}).get("engine")).startswith(("ready", "failed")):
+            time.sleep(0.2)
+        for n, (path, before, indent, typed, after) in enumerate(header_sites(a.files, random.Random(a.seed))):
+            line, hcol = before.count("\n"), len(before) - (before.rfind("\n") + 1)
+            cold = f"file:///bench/cases/{n}/cold_{path.name}"
+            open_doc(cold, before + "\n" + indent + after)
+            row = {"file": path.name, "line": line, "cold_new_document": complete(cold, line + 1, len(indent))}
+            lsp.notify("textDocument/didChange", {"textDocument": {"uri": cold, "version": 2}, "contentChanges": [
+                {"range": {"start": {"line": line + 1, "character": len(indent)},
+                           "end": {"line": line + 1, "character": len(indent)}}, "text": typed}]})
+            row["after_keystroke"] = complete(cold, line + 1, len(indent) + 1)
+            trig = f"file:///bench/cases/{n}/trigger_{path.name}"
+            open_doc(trig, before + after)
+            pos = {"line": line, "character": hcol}
+            lsp.notify("textDocument/didChange", {"textDocument": {"uri": trig, "version": 2},
+                                                  "contentChanges": [{"range": {"start": pos, "end": pos},
+                                                                      "text": "\n" + indent}]})
+            time.sleep(a.pause_ms / 1e3)
+            row["after_trigger_pause"] = complete(trig, line + 1, len(indent))
+            rows.append(row)
+            for uri in (cold, trig):
+                lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+        stats = lsp.request("completer/stats", {}).get("result")
+    finally:
+        lsp.close()
+    summary = {case: {"p50": round(statistics.median(r[case] for r in rows), 1),
+                      "p90": round(pct([r[case] for r in rows], 0.9), 1)} for case in CASES}
+    return {"summary": summary, "rows": rows, "stats": stats}
+
+
+CASES = ("cold_new_document", "after_keystroke", "after_trigger_pause")
+
+
 def bench_lsp(a) -> dict:
     rng = random.Random(a.seed)
     from completer.engine.models import load_tokenizer
@@ -501,6 +591,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lsp", action="store_true", help="drive `python -m lsp.server` over stdio")
     ap.add_argument("--engine", action="append", default=[],
                     help="with --lsp, repeatable: local | serve | llama-server | llama-server/openai | an engine URL")
+    ap.add_argument("--cases", action="store_true",
+                    help="with --lsp: cold new document / after a keystroke / after a trigger + pause")
+    ap.add_argument("--pause-ms", type=float, default=1500.0, help="--cases: the pause after the trigger")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -509,8 +602,12 @@ def main(argv: list[str] | None = None) -> int:
         if not (ROOT / "lsp" / "server.py").is_file():
             print("lsp/server.py is not there yet: run without --lsp", file=sys.stderr)
             return 2
-        res = bench_lsp(a)
-        if a.engine:
+        res = bench_cases(a) if a.cases else bench_lsp(a)
+        if a.cases:
+            print(f"{len(res['rows'])} block headers, max_new_tokens {a.max_new}, pause {a.pause_ms:g} ms")
+            for case, s in res["summary"].items():
+                print(f"{case:22s} end-to-end p50 {s['p50']:7.1f} ms  p90 {s['p90']:7.1f} ms")
+        elif a.engine:
             print_engines(res)
         else:
             print(f"files: {res['sites']}")
@@ -522,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         res = bench_engine(a)
         print_engine(res)
-    out = a.out or OUT / ("keystrokes_lsp.json" if a.lsp else "keystrokes.json")
+    out = a.out or OUT / ("keystrokes_cases.json" if a.cases else "keystrokes_lsp.json" if a.lsp else "keystrokes.json")
     out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(a).items()}, **res}, indent=1))
     print(f"wrote {out}")
     return 0
