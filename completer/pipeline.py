@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .client import Completion, EngineClient
+from .client import Chunk, Completion, EngineClient
 from .documents import WINDOW_CHARS, PositionError, Snapshot, language_for, snapshot_around
 from .syntax import Mode, SyntaxOptions, gate, make_stop, node_kind, postprocess, select_context
 from .syntax.context import MAX_CHARS_PER_TOKEN
@@ -75,7 +75,7 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
                 language: str | None = None, doc_key: str = "_default",
                 options: CompletionOptions = CompletionOptions(),
                 cancel: threading.Event | None = None,
-                on_text: Callable[[str], None] | None = None) -> Completion:
+                on_text: Callable[[str], None] | None = None, extra: Sequence[Chunk] = ()) -> Completion:
     """One completion at `position` of `text` (a string, or a documents.Snapshot with its tree).
     `on_text` receives deltas of text the returned (post-processed) text starts with, as it
     settles (syntax/stream.py)."""
@@ -94,7 +94,8 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
     kind = node_kind(snap, offset)  # the engine adapts its draft length per kind of node
     shown = Stream(snap, offset, decision.mode, options.syntax, on_text) if on_text is not None else None
     comp = engine.complete(ctx.prefix, ctx.suffix, doc_key=doc_key, max_new=options.max_new_tokens,
-                           stop_text=stop, cancel=cancel, on_text=shown.feed if shown else None, node_kind=kind)
+                           stop_text=stop, cancel=cancel, on_text=shown.feed if shown else None, node_kind=kind,
+                           extra=extra)
     t2 = time.perf_counter()
     raw = comp.text
     cut = stop(raw)  # generation may have ended by EOS or length before the stop fired
@@ -117,11 +118,11 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
 
 
 def warmup_at(engine: EngineClient, snap: Snapshot, offset: int, *, doc_key: str,
-              options: CompletionOptions = CompletionOptions()) -> int:
-    """Prefill the engine's cache with the prompt a completion at `offset` would use; returns the
-    tokens computed (0 when gated off or already cached)."""
+              options: CompletionOptions = CompletionOptions(), extra: Sequence[Chunk] = ()) -> int:
+    """Prefill the engine's cache with the prompt a completion at `offset` (with the chunks of
+    other files `extra`) would use; returns the tokens computed (0 when gated off or already cached)."""
     _, ctx = prompt_for(engine, snap, offset, options)
-    return 0 if ctx is None else engine.warmup(ctx.prefix, ctx.suffix, doc_key=doc_key)
+    return 0 if ctx is None else engine.warmup(ctx.prefix, ctx.suffix, doc_key=doc_key, extra=extra)
 
 
 def make_engine(engine: str | None = None, *, engine_api_key: str | None = None, engine_model: str | None = None,
