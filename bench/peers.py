@@ -145,7 +145,7 @@ class Server:
 def ours(model_dir: Path | None, spec: str, speculative: bool, device: str):
     """A method: our engine's runner (and, for the default, its drafters) on one prompt →
     (decode ms/token, prefill tokens/s, end-to-end ms). `spec`: [DTYPE:]QUANT[@DECODE_THREADS]."""
-    from completer.engine.caches import DocCache as Slot
+    from completer.engine.caches import DocCache
     from completer.engine.calibrate import measure_step_costs
     from completer.engine.drafters import CombinedDrafter, ModelDrafter
     from completer.engine.engine import Engine, EngineConfig
@@ -158,10 +158,10 @@ def ours(model_dir: Path | None, spec: str, speculative: bool, device: str):
                               drafter="combined" if speculative else "none", max_draft_len=8))
     eng.step_costs = measure_step_costs(eng.pair, eng.ctx, eng.cfg)  # what warm_start does: the adaptive k plans with it
 
-    k = Slot(eng).k  # one adaptive draft length across prompts, as the engine keeps one per document
+    k = DocCache(eng.pair, eng.ctx, eng.cfg, eng.step_costs).k  # one adaptive draft length across prompts, as the engine keeps one per document
 
     def run(prompt: list[int]) -> tuple[float, float, float]:
-        slot = Slot(eng)  # a cold document
+        slot = DocCache(eng.pair, eng.ctx, eng.cfg, eng.step_costs)  # a cold document
         t0 = time.perf_counter()
         slot.target.forward(prompt[:-1])  # prefill, as the engine's warmup does while the user types
         prefill_ms = (time.perf_counter() - t0) * 1e3
@@ -174,7 +174,7 @@ def ours(model_dir: Path | None, spec: str, speculative: bool, device: str):
         ids, st = generate(slot.target, prompt, NEW, eng.sampling, d, k if d else None)
         # decode: after the first token, over a cached prompt; end to end: everything from cold
         return (st.total_ms - st.ttft_ms) / (len(ids) - 1), len(prompt) / prefill_ms * 1e3, warm_ms + st.total_ms
-    run.runner = type(Slot(eng).target).__name__
+    run.runner = type(DocCache(eng.pair, eng.ctx, eng.cfg, eng.step_costs).target).__name__
     return run
 
 

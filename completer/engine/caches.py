@@ -4,15 +4,13 @@ them in LRU order under the kv_budget_mb byte budget (engine.py, admission)."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING
 
 import torch
 
+from ..config import EngineConfig
 from .drafters import AdaptiveK, NgramDrafter
+from .models import Pair
 from .runner_factory import make_runner
-
-if TYPE_CHECKING:
-    from .engine import Engine
 
 
 def kv_reserve_bytes(model, ctx: int) -> int:
@@ -31,14 +29,14 @@ def kv_reserve_bytes(model, ctx: int) -> int:
 class DocCache:
     """One document's KV caches (target and draft) and its adaptive draft lengths."""
 
-    def __init__(self, engine: Engine):
-        self.target = make_runner(engine.pair.target, engine.ctx, engine.cfg.lean,  # weights shared
-                                  engine.cfg.decode_threads)
-        self.draft = (make_runner(engine.pair.draft, engine.ctx, engine.cfg.lean)
-                      if engine.pair.draft is not None else None)
-        c, verify = engine.step_costs
-        self.k = AdaptiveK(engine.cfg.draft_len, 1, engine.cfg.max_draft_len, c,
-                           verify=verify)  # the document's
+    def __init__(self, pair: Pair, ctx: int, cfg: EngineConfig,
+                 step_costs: tuple[float, list[float] | None]):
+        """Runners over `ctx` positions for the pair's models (weights shared); draft lengths
+        from cfg, planned with this machine's `step_costs` (calibrate.py)."""
+        self.target = make_runner(pair.target, ctx, cfg.lean, cfg.decode_threads)
+        self.draft = make_runner(pair.draft, ctx, cfg.lean) if pair.draft is not None else None
+        c, verify = step_costs
+        self.k = AdaptiveK(cfg.draft_len, 1, cfg.max_draft_len, c, verify=verify)  # the document's
         self.by_kind: OrderedDict[str, AdaptiveK] = OrderedDict()  # per syntax-node kind (caller's)
         self.ngram = NgramDrafter()
 

@@ -114,7 +114,7 @@ class Engine:
                               "overloaded")
         if not self._evict(live, room=1):
             return False
-        self.caches[doc] = cache = DocCache(self)
+        self.caches[doc] = cache = DocCache(self.pair, self.ctx, self.cfg, self.step_costs)
         return cache
 
     def _evict(self, live: set[str] | dict, room: int = 0) -> bool:
