@@ -11,14 +11,22 @@ from pathlib import Path
 from typing import Any
 
 from completer import config
-from completer.config import ClientConfig, EngineConfig, Layer, LspConfig, Resolved, SyntaxOptions
+from completer.config import (
+    ClientConfig,
+    EngineConfig,
+    Layer,
+    LspConfig,
+    Resolved,
+    SyntaxOptions,
+    WorkspaceOptions,
+)
 from completer.pipeline import CompletionOptions
 
-SCOPES = ("engine", "client", "syntax", "lsp")
+SCOPES = ("engine", "client", "syntax", "lsp", "workspace")
 
 
 @dataclass(frozen=True)
-class ServerOptions(LspConfig, SyntaxOptions, ClientConfig, EngineConfig):
+class ServerOptions(WorkspaceOptions, LspConfig, SyntaxOptions, ClientConfig, EngineConfig):
     # The sources these values came from: a settings change is resolved over them again (the
     # command line stays on top), and they say whether the key may go to the engine.
     resolved: Resolved | None = field(default=None, compare=False, repr=False)
@@ -33,6 +41,9 @@ class ServerOptions(LspConfig, SyntaxOptions, ClientConfig, EngineConfig):
     def completion(self) -> CompletionOptions:
         syn = SyntaxOptions(**{f.name: getattr(self, f.name) for f in fields(SyntaxOptions)})
         return CompletionOptions(max_new_tokens=self.max_new_tokens, syntax=syn)
+
+    def workspace(self) -> WorkspaceOptions:
+        return WorkspaceOptions(**{f.name: getattr(self, f.name) for f in fields(WorkspaceOptions)})
 
     def values(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name in config.OPTIONS}

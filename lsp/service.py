@@ -1,11 +1,15 @@
-"""What the language server does behind its handlers: the open documents, the engine (loaded and
-used on one worker thread; requests that arrive while it loads wait for it), per-document debounce
-and cancellation, warmups on syntax triggers, engine faults shown once, and statistics. No LSP
-types here: handlers convert, and `say(level, text)` is how the service talks to the user."""
+"""What the language server does behind its handlers: the open documents, the engine (loaded,
+reconfigured and used for completions on one worker thread; requests that arrive while it loads
+wait for it), per-document debounce and cancellation, warmups on syntax triggers (on a thread of
+their own, so that a completion never queues behind one: the engine's scheduler makes a warmup
+give way between chunks), the workspace index (completer.workspace), engine faults shown once,
+and statistics. No LSP types here: handlers convert, and `say(level, text)` is how the service
+talks to the user."""
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import logging
 import statistics
 import threading
@@ -14,12 +18,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from completer import errors
+from pygls.uris import to_fs_path
+
+from completer import config, errors
 from completer.client import EngineClient, EngineError
 from completer.config import needs_reload
 from completer.documents import Documents, PositionError, parser_count
-from completer.pipeline import complete_at, make_engine, warmup_at
+from completer.pipeline import complete_at, make_engine, prompt_for, warmup_at
 from completer.syntax import detect_triggers
+from completer.workspace import WorkspaceIndex
 
 from .options import ServerOptions
 
@@ -32,6 +39,10 @@ MAX_OPEN_DOCUMENTS = 2000
 MAX_PARSED_DOCUMENTS = 64
 Say = Callable[[str, str], None]  # (level: "error" | "warning" | "info", text) → the user
 Progress = Callable[[int, str], None]  # (percent, stage); called on the engine thread
+# Interim, until completer.pipeline takes the index (its owner is adding `workspace=`, issue 22):
+# the index is built and kept current meanwhile, and completions go on without cross-file context.
+PIPELINE_TAKES_INDEX = "workspace" in inspect.signature(complete_at).parameters
+IndexProgress = Callable[[str, int, str], None]  # (begin | report | end, files, message); the index's thread
 
 
 @dataclass(frozen=True)
@@ -54,6 +65,15 @@ class Request:
             self.stopped.set_result(None)
 
 
+def _nothing() -> None:
+    pass
+
+
+def _path(uri: str) -> str | None:
+    """The file a `file:` URI names; None for other schemes (untitled:, a remote file system)."""
+    return to_fs_path(uri) if uri.startswith("file:") else None
+
+
 class Service:
     def __init__(self, options: ServerOptions = ServerOptions(), say: Say = lambda level, text: None):
         self.options, self.say = options, say
@@ -62,9 +82,11 @@ class Service:
         self.engine_state = "not loaded"  # not loaded | loading | ready | failed: <why>
         self.engine_options: dict | None = None  # the option values the latest load started with
         self.built: EngineClient | None = None   # what the last load built (engine thread only)
-        # One thread runs all engine work: the engine serves one generation at a time anyway,
-        # and the event loop never blocks on it.
+        # One thread runs loads, completions and the calls that follow them in order (forget,
+        # reconfigure, stats); warmups run on another, where the scheduler pauses them for a
+        # completion between chunks (on the same thread a completion would wait for all of one).
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="completer-engine")
+        self.warmer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="completer-warmup")
         self.loads_in_flight = 0
         self.loaded: asyncio.Future | None = None  # resolved when the loads in flight have ended
         self.pending: dict[str, Request] = {}      # uri → its live completion request
@@ -74,19 +96,42 @@ class Service:
         self.counters: Counter[str] = Counter()
         self.gates: Counter[str] = Counter()
         self.latency_ms: deque[float] = deque(maxlen=1000)
+        self.root: str | None = None               # the session's workspace folder
+        self.index: WorkspaceIndex | None = None   # its index, from `initialized` on
+        self.index_progress: IndexProgress | None = None
 
-    def configure(self, options: ServerOptions, encoding: str = "utf-16") -> None:
-        """A new session (initialize): its options, no documents."""
+    def configure(self, options: ServerOptions, encoding: str = "utf-16", root: str | None = None) -> None:
+        """A new session (initialize): its options and workspace root, no documents. An engine
+        kept from an earlier session takes the new session's live options."""
         self.close_all()
-        self.options = options
+        self.close_index()
+        self.root = root
         self.docs = self._documents(encoding)
+        self.update(options)
 
     def update(self, options: ServerOptions) -> list[str]:
-        """New options within the session; returns the changed ones that need new models (none
-        before the first load: it reads the options when it starts)."""
-        changed = needs_reload(self.engine_options, options.values()) if self.engine_options is not None else []
-        self.options = options
-        return changed
+        """New options: the service reads its own (lsp, syntax) at each request; the engine's that
+        it applies live go to its `reconfigure`, queued on the engine thread (from the next request
+        on); changed workspace options rebuild the index. Returns the changed options that need
+        new models instead (none before the first load: it reads the options when it starts)."""
+        old, self.options = self.options, options
+        if old.workspace() != options.workspace() and self.index is not None:
+            self.counters["index_rebuilds"] += 1
+            self.start_index(self.index_progress)
+        if self.engine_options is None:
+            return []
+        new = options.values()
+        reload = needs_reload(self.engine_options, new)
+        live = {n: v for n, v in new.items() if self.engine_options.get(n, config.OPTIONS[n].default) != v}
+        if live and not reload:
+            self.engine_options = {**self.engine_options, **live}
+            self.counters["reconfigures"] += 1
+            self._background(self._reconfigure, live)
+        return reload
+
+    def _reconfigure(self, values: dict) -> None:
+        if self.built is not None:  # the engine the loads queued before this built
+            self.built.reconfigure(**values)
 
     # -- engine ------------------------------------------------------------------------------
     def needs_load(self) -> bool:
@@ -106,10 +151,11 @@ class Service:
         self.counters["loads"] += 1
         self.loads_in_flight += 1
         self.engine, self.engine_state = None, "loading"
-        self.engine_options = self.options.values()
+        self.engine_options, cfg = self.options.values(), self.options.engine_config()
+        loop = asyncio.get_running_loop()
         try:
-            self.engine, state, fault = await asyncio.get_running_loop().run_in_executor(
-                self.worker, self._load, self.options.engine_config(), progress)
+            await loop.run_in_executor(self.warmer, _nothing)  # a warmup under way ends before its engine is closed
+            self.engine, state, fault = await loop.run_in_executor(self.worker, self._load, cfg, progress)
         finally:
             self.loads_in_flight -= 1
         if fault is not None:
@@ -186,6 +232,7 @@ class Service:
             self._too_large(uri, len(text))
             return
         self.docs.open(uri, text, language_id, version)
+        self._index_text(uri, text)
 
     def _too_large(self, uri: str, chars: int) -> None:
         self.counters["too_large"] += 1
@@ -194,6 +241,8 @@ class Service:
                             "no completions in it until it is reopened smaller")
 
     def close(self, uri: str) -> None:
+        if self.docs.get(uri) is not None and self.index is not None and (path := _path(uri)):
+            self.index.closed(path)  # the disk's text is the file's again
         self.docs.close(uri)
         self.warm_next.pop(uri, None)  # its snapshot (text and tree) goes with it
         req = self.pending.pop(uri, None)
@@ -221,6 +270,7 @@ class Service:
                 self._too_large(uri, len(doc.text))
                 return
         doc.version = version
+        self._index_text(uri, doc.text)
         last = edits[-1] if edits else None
         if last is not None and last.range is not None and self.options.warmup and self.engine is not None:
             start = doc.offset_at(*last.range[0])
@@ -232,7 +282,7 @@ class Service:
         queued = uri in self.warm_next
         self.warm_next[uri] = (snap, offset)  # a later trigger replaces one not yet started
         if not queued:
-            fut = asyncio.get_running_loop().run_in_executor(self.worker, self._warm, uri)
+            fut = asyncio.get_running_loop().run_in_executor(self.warmer, self._warm, uri)
             fut.add_done_callback(self._warmed)
 
     def _warm(self, uri: str) -> int | None:
@@ -240,7 +290,9 @@ class Service:
         engine = self.engine
         if snap is None or engine is None or uri in self.pending:
             return None  # a completion for this document is on its way: it prefills itself
-        return warmup_at(engine, snap, offset, doc_key=uri, options=self.options.completion())
+        # exactly the prompt the completion at this offset will read: same call, options and index
+        return warmup_at(engine, snap, offset, doc_key=uri, options=self.options.completion(),
+                         **self._workspace_for(uri))
 
     def _warmed(self, fut: asyncio.Future) -> None:
         if fut.cancelled():
@@ -259,6 +311,68 @@ class Service:
         return {"uri": uri, "version": doc.version, "length": len(doc.text), "lines": doc.line_count(),
                 "sha256": hashlib.sha256(doc.text.encode("utf-8", "surrogatepass")).hexdigest(),
                 "language": doc.language, "parsed": doc.tree is not None}
+
+    # -- workspace index -----------------------------------------------------------------------
+    def start_index(self, progress: IndexProgress | None = None) -> None:
+        """Index the session's workspace folder in the background (`initialized`; again when the
+        workspace options change); completions use what is indexed so far. `progress(kind,
+        files, message)` is called on the index's thread. No folder: no index."""
+        self.close_index()
+        self.index_progress = progress
+        if self.root is None:
+            return
+        try:
+            self.index = WorkspaceIndex(self.root, self.options.workspace(), on_progress=progress)
+        except OSError as e:  # a root that is gone or unreadable: completions go on without it
+            self.say("warning", f"workspace {self.root} cannot be indexed ({e}): no cross-file context")
+            return
+        for uri in self.docs.uris():  # documents opened before: their live text
+            self._index_text(uri, self.docs.get(uri).text)
+        self.index.start()
+
+    def close_index(self) -> None:
+        if self.index is not None:
+            self.index.close()
+            self.index = None
+
+    def _index_text(self, uri: str, text: str) -> None:
+        if self.index is not None and (path := _path(uri)):
+            self.index.update(path, text, recent=True)
+
+    def file_changed(self, uri: str, deleted: bool = False) -> None:
+        """A file changed on disk (didSave, a watched file): re-read, or dropped when deleted."""
+        if self.index is None or not (path := _path(uri)):
+            return
+        self.counters["files_changed"] += 1
+        if deleted:
+            self.index.remove(path)
+        else:
+            self.index.update(path)
+
+    def _workspace_for(self, uri: str) -> dict:
+        """The pipeline's arguments for cross-file context in this document (none without an index)."""
+        if self.index is None or not PIPELINE_TAKES_INDEX:
+            return {}
+        return {"workspace": self.index}
+
+    async def context(self, uri: str, line: int, character: int) -> list[dict] | None:
+        """What a completion at this position would put in the prompt (completer/context): the
+        pipeline's list of snippets; None when the document is not open or the position is
+        outside it, [] when gated off or without an engine."""
+        doc = self.docs.get(uri)
+        if doc is None:
+            return None
+        try:
+            offset = doc.offset_at(line, character, strict=True)
+        except PositionError:
+            return None
+        engine = self.engine
+        if engine is None:
+            return []
+        snap, opts, workspace = doc.snapshot(), self.options.completion(), self._workspace_for(uri)
+        _, ctx = await asyncio.get_running_loop().run_in_executor(
+            self.worker, lambda: prompt_for(engine, snap, offset, opts, **workspace))
+        return [] if ctx is None else [c.as_dict() for c in ctx.context]
 
     # -- completion --------------------------------------------------------------------------
     async def complete(self, uri: str, line: int, character: int) -> tuple[str, tuple[int, int]] | None:
@@ -297,7 +411,7 @@ class Service:
                 self.counters["engine_failed" if self.engine_state.startswith("failed") else "not_ready"] += 1
                 return None
             result = await asyncio.get_running_loop().run_in_executor(
-                self.worker, self._run, engine, snap, offset, uri, opts, req.cancel)
+                self.worker, self._run, engine, snap, offset, uri, opts, req.cancel, self._workspace_for(uri))
         except asyncio.CancelledError:  # $/cancelRequest
             req.stop()
             self.counters["cancelled"] += 1
@@ -322,10 +436,10 @@ class Service:
         return result.text, pos
 
     @staticmethod
-    def _run(engine, snap, offset, uri, opts, cancel):
+    def _run(engine, snap, offset, uri, opts, cancel, workspace):
         if cancel.is_set():  # superseded while queued behind another generation
             return None
-        return complete_at(engine, snap, offset, doc_key=uri, options=opts, cancel=cancel)
+        return complete_at(engine, snap, offset, doc_key=uri, options=opts, cancel=cancel, **workspace)
 
     # -- feedback and stats -------------------------------------------------------------------
     def feedback(self, uri: str, text: str, accepted: bool, accepted_chars: int | None) -> None:
@@ -354,6 +468,9 @@ class Service:
                 "acceptance_rate": round(c["accepted"] / judged, 4) if judged else None,
                 "accepted_char_rate": round(c["accepted_chars"] / c["shown_chars"], 4) if c["shown_chars"] else None,
                 "gate_reasons": dict(self.gates), "engine_stats": engine_stats,
+                # what each request reads now (secrets left out); the engine's own in engine_stats.config
+                "options": {n: v for n, v in self.options.values().items() if not config.OPTIONS[n].meta["secret"]},
+                "workspace": self.index.stats() if self.index is not None else None,
                 "latency_ms": {"p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99),
                                "mean": round(statistics.fmean(lat), 3) if lat else None}}
 
@@ -361,3 +478,5 @@ class Service:
         for req in self.pending.values():
             req.stop()
         self.worker.shutdown(wait=False, cancel_futures=True)
+        self.warmer.shutdown(wait=False, cancel_futures=True)
+        self.close_index()
