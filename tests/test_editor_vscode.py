@@ -19,7 +19,7 @@ import pytest
 EXT = Path(__file__).resolve().parents[1] / "editor-plugin" / "vscode"
 NVIM_INIT = EXT.parent / "nvim" / "lua" / "completer" / "init.lua"
 COMPLETER = Path(sys.executable).parent / "completer"
-LSP_SCOPES = {"engine", "client", "syntax", "lsp"}  # what completer-lsp reads (lsp/options.py)
+LSP_SCOPES = {"engine", "client", "syntax", "lsp", "workspace"}  # what completer-lsp reads (lsp/options.py)
 NPM = shutil.which("npm")
 
 

@@ -1,6 +1,6 @@
 // npm run gen:settings — the server options' settings from the option schema the Python CLI
 // prints (`completer options --json-schema`): writes src/schema.json (the options completer-lsp
-// reads: scopes engine, client, syntax, lsp) and package.json's contributes.configuration, as
+// reads: scopes engine, client, syntax, lsp, workspace) and package.json's contributes.configuration, as
 // camelCased `completer.*` settings, and capabilities.untrustedWorkspaces: the settings VS Code
 // ignores in a workspace's own settings until the user trusts it (the options the schema marks
 // `x-trust`, as completer-lsp refuses them from a project's .completer.toml, plus the server
@@ -13,7 +13,7 @@ import { fileURLToPath } from "node:url";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const exe = process.env.COMPLETER ?? join(root, "..", "..", ".venv", "bin", "completer");
-const LSP_SCOPES = ["engine", "client", "syntax", "lsp"];
+const LSP_SCOPES = ["engine", "client", "syntax", "lsp", "workspace"];
 
 const schema = JSON.parse(execFileSync(exe, ["options", "--json-schema"], { encoding: "utf8" }));
 const options = {};

@@ -54,6 +54,9 @@ M.option_types = {
   stop_degenerate = 'boolean',
   -- lsp
   enable = 'boolean', debounce_ms = 'number', warmup = 'boolean', ready_wait_ms = 'number',
+  -- workspace
+  cross_file = 'boolean', cross_file_share = 'number', cross_file_max_files = 'number',
+  index_memory_mb = 'number', index_max_file_kb = 'number',
 }
 
 M.defaults = {
