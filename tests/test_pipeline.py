@@ -22,7 +22,7 @@ class Scripted:
     def prompt_budget(self, max_new=None) -> int:
         return self.budget
 
-    def warmup(self, prefix, suffix="", *, doc_key):
+    def warmup(self, prefix, suffix="", *, doc_key, extra=()):
         self.warm.append((prefix, suffix, doc_key))
         return self.count_tokens(prefix + suffix)
 
@@ -45,7 +45,7 @@ class Scripted:
         pass
 
     def complete(self, prefix, suffix="", *, doc_key="_default", max_new=None, stop_text=None, cancel=None,
-                 on_text=None, node_kind=None, language=None):
+                 on_text=None, node_kind=None, language=None, extra=()):
         self.calls.append({"prefix": prefix, "suffix": suffix, "doc_key": doc_key, "max_new": max_new,
                            "cancel": cancel, "node_kind": node_kind})
         text = ""
