@@ -1,0 +1,145 @@
+"""End to end through the real `completer-lsp` process (pytest-lsp) on workspaces the tests write:
+the workspace index is built from the workspace folder with `$/progress`, kept current from open
+documents and watched files (registered dynamically), and a workspace with unreadable files and
+symlink loops still indexes and completes (issue 22, items 1, 3 and 5)."""
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+import pytest_lsp
+from lsprotocol import types as t
+from pytest_lsp import LanguageClient, client_capabilities
+from test_lsp import SERVER, _inline, _tiny_options
+
+UTIL = '''"""Helpers."""
+
+
+def scale_all(values, factor):
+    """Multiply each value by factor."""
+    return [v * factor for v in values]
+
+
+class Meter:
+    def __init__(self, unit):
+        self.unit = unit
+
+    def read(self, raw):
+        return raw
+'''
+MAIN = "from pkg.util import scale_all\n\n\ndef run(xs):\n    ys = scale_all(\n"
+
+
+@pytest_lsp.fixture(config=SERVER)
+async def client(lsp_client: LanguageClient):
+    lsp_client.registrations = []
+
+    @lsp_client.feature(t.CLIENT_REGISTER_CAPABILITY)
+    def register(params: t.RegistrationParams):
+        lsp_client.registrations.extend(params.registrations)
+
+    yield
+    await lsp_client.shutdown_session()
+
+
+def _workspace(root: Path) -> Path:
+    (root / "pkg").mkdir()
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "util.py").write_text(UTIL)
+    (root / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (root / "main.py").write_text(MAIN)
+    return root
+
+
+async def _start(client: LanguageClient, root: Path, options: dict) -> None:
+    caps = client_capabilities("visual-studio-code")
+    await client.initialize_session(t.InitializeParams(
+        capabilities=caps, root_uri=root.as_uri(), initialization_options=options,
+        workspace_folders=[t.WorkspaceFolder(uri=root.as_uri(), name=root.name)]))
+
+
+async def _indexed(client: LanguageClient):
+    """Stats once the engine is ready and the index has walked the workspace and applied every update."""
+    for _ in range(1200):
+        stats = await client.protocol.send_request_async("completer/stats", {})
+        if stats.engine not in ("loading", "not loaded") and stats.workspace and stats.workspace.complete:
+            return stats
+        await asyncio.sleep(0.05)
+    raise AssertionError("the workspace was never indexed")
+
+
+def _open(client: LanguageClient, path: Path, text: str) -> None:
+    client.text_document_did_open(t.DidOpenTextDocumentParams(text_document=t.TextDocumentItem(
+        uri=path.as_uri(), language_id="python", version=1, text=text)))
+
+
+def _watched(client: LanguageClient, *changes: tuple[Path, t.FileChangeType]) -> None:
+    client.workspace_did_change_watched_files(t.DidChangeWatchedFilesParams(
+        changes=[t.FileEvent(uri=p.as_uri(), type=kind) for p, kind in changes]))
+
+
+async def _files(client: LanguageClient, want: int) -> int:
+    """The index's file count once it is `want` (updates are applied in the background)."""
+    for _ in range(200):
+        stats = await client.protocol.send_request_async("completer/stats", {})
+        if stats.workspace.files == want:
+            break
+        await asyncio.sleep(0.05)
+    return stats.workspace.files
+
+
+@pytest.mark.asyncio
+async def test_index_is_built_with_progress_and_kept_current(client: LanguageClient, tiny_pair, tmp_path):
+    root = _workspace(tmp_path)
+    await _start(client, root, _tiny_options(tiny_pair))
+    stats = await _indexed(client)
+    assert stats.workspace.files == 3  # pkg/__init__.py, pkg/util.py, main.py
+    index_reports = [r for tok, r in client.progress_reports.items() if tok.startswith("completer/index/")]
+    assert len(index_reports) == 1
+    kinds = [type(r) for r in index_reports[0]]
+    assert kinds[0] is t.WorkDoneProgressBegin and kinds[-1] is t.WorkDoneProgressEnd
+    watched = [r for r in client.registrations if r.method == t.WORKSPACE_DID_CHANGE_WATCHED_FILES]
+    assert len(watched) == 1  # the client registers watchers on request: the server asked
+
+    # an open document not on disk yet is indexed from its live text
+    new = root / "pkg" / "extra.py"
+    _open(client, new, "def helper(a):\n    return a\n")
+    assert await _files(client, 4) == 4
+    # watched files: a deleted file leaves the index, a created one joins it
+    (root / "pkg" / "util.py").unlink()
+    _watched(client, (root / "pkg" / "util.py", t.FileChangeType.Deleted))
+    assert await _files(client, 3) == 3
+    (root / "pkg" / "more.py").write_text("def more():\n    return 1\n")
+    _watched(client, (root / "pkg" / "more.py", t.FileChangeType.Created))
+    assert await _files(client, 4) == 4
+    stats = await client.protocol.send_request_async("completer/stats", {})
+    assert stats.files_changed == 2
+
+    # a workspace option rebuilds the index (from the disk and the open documents)
+    client.workspace_did_change_configuration(t.DidChangeConfigurationParams(
+        settings={"completer": {"index_max_file_kb": 1}}))
+    stats = await _indexed(client)
+    assert stats.index_rebuilds == 1 and stats.options.index_max_file_kb == 1 and stats.workspace.files == 4
+
+
+@pytest.mark.asyncio
+async def test_unreadable_files_and_symlink_loops_still_complete(client: LanguageClient, tiny_pair, tmp_path):
+    root = _workspace(tmp_path)
+    locked = root / "pkg" / "locked.py"
+    locked.write_text("def locked():\n    return 0\n")
+    locked.chmod(0)  # unreadable (for anyone but root)
+    (root / "pkg" / "latin1.py").write_bytes(b"x = '\xe9'\n")  # not UTF-8
+    (root / "pkg" / "gone.py").symlink_to(root / "nowhere.py")  # dangling
+    (root / "pkg" / "loop").symlink_to(root / "pkg")  # a directory loop
+    (root / "up").symlink_to(root)
+    os.mkfifo(root / "pipe.py")  # reading it would block forever
+    await _start(client, root, _tiny_options(tiny_pair))
+    stats = await _indexed(client)
+    assert stats.workspace.files >= 3
+    _open(client, root / "main.py", MAIN)
+    got = await client.text_document_inline_completion_async(_inline(4, 19, (root / "main.py").as_uri()))
+    assert isinstance(got, t.InlineCompletionList)
+    stats = await client.protocol.send_request_async("completer/stats", {})
+    assert stats.engine_stats.requests == 1 and getattr(stats, "engine_exceptions", 0) == 0  # it ran, and nothing raised
