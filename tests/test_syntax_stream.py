@@ -23,7 +23,7 @@ from completer.pipeline import CompletionOptions, complete_at
 from completer.syntax.stream import KEPT_SHOWN
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCES = [REPO / "completer" / "degenerate.py", REPO / "completer" / "syntax" / "postprocess.py",
+SOURCES = [REPO / "completer" / "syntax" / "degenerate.py", REPO / "completer" / "syntax" / "postprocess.py",
            REPO / "examples" / "stack.py", REPO / "examples" / "fib.py"]
 
 
@@ -35,7 +35,7 @@ class Steps(Scripted):
         self.rng = random.Random(seed)
 
     def complete(self, prefix, suffix="", *, doc_key="_default", max_new=None, stop_text=None, cancel=None,
-                 on_text=None, node_kind=None, language=None):
+                 on_text=None, node_kind=None, language=None, extra=()):
         text, i = "", 0
         while i < len(self.reply):
             step = self.reply[i:i + self.rng.randint(1, 6)]
