@@ -117,10 +117,13 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
     return comp
 
 
-def warmup_at(engine: EngineClient, snap: Snapshot, offset: int, *, doc_key: str,
-              options: CompletionOptions = CompletionOptions(), extra: Sequence[Chunk] = ()) -> int:
-    """Prefill the engine's cache with the prompt a completion at `offset` (with the chunks of
-    other files `extra`) would use; returns the tokens computed (0 when gated off or already cached)."""
+def warmup_at(engine: EngineClient, text: str | Snapshot, position: int | tuple[int, int], *, doc_key: str,
+              language: str | None = None, options: CompletionOptions = CompletionOptions(),
+              extra: Sequence[Chunk] = ()) -> int:
+    """Prefill the engine's cache with the prompt `complete_at` would use for the same arguments
+    (the same snapshot, window and chunks `extra`); returns the tokens computed (0 when gated off
+    or already cached)."""
+    snap, offset, _ = _locate(engine, text, position, language, options)
     _, ctx = prompt_for(engine, snap, offset, options)
     return 0 if ctx is None else engine.warmup(ctx.prefix, ctx.suffix, doc_key=doc_key, extra=extra)
 

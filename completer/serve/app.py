@@ -30,7 +30,6 @@ from aiohttp import WSCloseCode, web
 from .. import errors, netguard, pipeline
 from ..client import Completion, EngineError
 from ..config import ServeConfig
-from ..documents import language_for, parse_snapshot
 from . import openai, protocol, ws
 from .metrics import Metrics
 from .protocol import Job, Refused
@@ -186,9 +185,9 @@ class EngineService:
         def work():
             try:
                 if job.language:
-                    snap = parse_snapshot(job.prefix + job.suffix, language_for(job.language))
-                    pipeline.warmup_at(self.engine, snap, len(job.prefix), doc_key=job.doc_key,
-                                       options=pipeline.CompletionOptions(max_new_tokens=job.max_new), extra=job.extra)
+                    pipeline.warmup_at(self.engine, job.prefix + job.suffix, len(job.prefix), doc_key=job.doc_key,
+                                       language=job.language, extra=job.extra,
+                                       options=pipeline.CompletionOptions(max_new_tokens=job.max_new))
                 else:
                     self.engine.warmup(job.prefix, job.suffix, doc_key=job.doc_key, extra=job.extra)
                 self.metrics.requests.labels("warmup", "ok").inc()
