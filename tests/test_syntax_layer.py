@@ -282,3 +282,23 @@ def test_context_other_languages(lang, src, sig):
     ctx = select_context(snap, off, _count, 250)
     header = ctx.prefix[: ctx.prefix.index("let_")]
     assert sig in header and ctx.tokens <= 250
+
+
+@pytest.mark.parametrize("lang,src,sibling", [
+    ("python", "def helper(a, b):\n    return a + b\n\n\ndef main():\n{body}    return ‸\n",
+     "def helper(a, b):\n    ..."),
+    ("javascript", "function helper(a, b) {\n  return a + b;\n}\n\nfunction main() {\n{body}  return ‸\n}\n",
+     "function helper(a, b) { /* ... */ }"),
+    ("typescript", "function helper(a: number): number {\n  return a;\n}\n\nfunction main(): void {\n{body}  ‸\n}\n",
+     "function helper(a: number): number { /* ... */ }"),
+    ("go", "package main\n\nfunc helper(a int) int {\n\treturn a\n}\n\nfunc main() {\n{body}\t‸\n}\n",
+     "func helper(a int) int { /* ... */ }"),
+    ("rust", "fn helper(a: i32) -> i32 {\n    a\n}\n\nfn main() {\n{body}    ‸\n}\n",
+     "fn helper(a: i32) -> i32 { /* ... */ }"),
+])
+def test_context_elides_a_sibling_body_in_each_language(lang, src, sibling):
+    body = "".join(f"    v{i} = {i};\n" for i in range(80))
+    snap, off = at(src.replace("{body}", body), lang)
+    ctx = select_context(snap, off, _count, 250)
+    assert [s.kind for s in ctx.spans].count("sibling") == 1
+    assert sibling in ctx.prefix and "{ {" not in ctx.prefix

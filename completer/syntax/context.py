@@ -309,7 +309,7 @@ def _header_candidates(snap: Snapshot, offset: int, w_start: int, s_end: int,
             continue
         sig = _signature(snap, d, bodies[d.id])
         indent = sig[: len(sig) - len(sig.lstrip())]
-        body = sp.elided_body.format(indent=indent)
+        body = sp.elided_body.replace("{indent}", indent)  # not format(): the body text has braces
         # a sibling after the suffix goes right after its owner's signature, so that the innermost
         # enclosing signature still leads straight into the window
         order = d.start_byte if d.end_byte <= b_win else (

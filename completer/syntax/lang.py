@@ -22,7 +22,9 @@ class LangSpec:
     indent_blocks: bool = False  # blocks end by dedent (Python) rather than by a closer
     line_comment: str = "//"
     quotes: str = "\"'`"
-    elided_body: str = " { /* ... */ }"  # stands in for a sibling definition's body
+    # stands in for a sibling definition's body, after its signature (which keeps its own `{`);
+    # `{indent}` is the definition's indentation
+    elided_body: str = " /* ... */ }"
     header_keywords: frozenset[str] = frozenset()  # a line starting so opens a block (unparsed)
 
 
