@@ -303,6 +303,7 @@ class Engine:
         st.total_ms = (time.perf_counter() - t0) * 1e3
         return to_completion(text, ids, st, self.speculative, queue_ms=round(queue_ms, 3), type_through=False)
 
+    # -- type-through (records.py; the rule: completer/typethrough.py) -----------------------------
     def _newer_request(self, doc_key: str) -> Record | None:
         """The document's last record; every request bumps its epoch so older followers stop."""
         with self.sched.cond:
@@ -388,6 +389,7 @@ class Engine:
         self._count(warmups=1, warmup_tokens=done)
         return done
 
+    # -- calibration (calibrate.py) ------------------------------------------------------------
     def warm_start(self) -> float:
         """A synthetic request at startup so the first real one does not pay for lazy
         initialisation (allocator, kernels, tokenizer caches), then a measurement of this
@@ -405,6 +407,7 @@ class Engine:
             self.counters = dict.fromkeys(self.counters, 0)
         return (time.perf_counter() - t0) * 1e3
 
+    # -- stats and feedback ----------------------------------------------------------------------
     @property
     def speculative(self) -> bool:
         return self.pair.draft is not None or self.cfg.drafter in ("ngram", "fastpath")
