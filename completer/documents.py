@@ -112,6 +112,30 @@ def line_starts(text: str) -> list[int]:
     return [0] + [m.end() for m in _EOL.finditer(text)]
 
 
+def offset_at(text: str, line: int, character: int, encoding: str = "utf-32", *, strict: bool = False,
+              exact: bool = False, starts: list[int] | None = None) -> int:
+    """The one line/column → char offset rule (the language server's documents, the CLI, the
+    pipeline): lines end at `\r\n`, `\r` or `\n`; `character` counts code units of `encoding`
+    (utf-32: chars). A character past the line end means the line end (as LSP says) unless
+    `exact`; a line past the end is the text's end; both raise PositionError if `strict`/`exact`."""
+    starts = line_starts(text) if starts is None else starts
+    if line < 0 or character < 0:
+        if strict or exact:
+            raise PositionError(f"negative position ({line}, {character})")
+        line, character = max(line, 0), max(character, 0)
+    if line >= len(starts):
+        if strict or exact:
+            raise PositionError(f"line {line} is out of range: the text has {len(starts)} lines (0-based)")
+        return len(text)
+    end = starts[line + 1] if line + 1 < len(starts) else len(text)
+    row = text[starts[line]:end].rstrip("\r\n")
+    n = _chars(row, character, encoding)
+    if exact and _units(row[:n], encoding) != character:
+        raise PositionError(f"column {character} is out of range: line {line} has {_units(row, encoding)} "
+                            f"{'characters' if encoding == 'utf-32' else encoding + ' code units'}")
+    return starts[line] + n
+
+
 def _units(s: str, encoding: str) -> int:
     """Length of `s` in code units of `encoding`."""
     if encoding == "utf-32" or s.isascii():
@@ -257,17 +281,8 @@ class Document:
         return self.text[s:e].rstrip("\r\n")
 
     def offset_at(self, line: int, character: int, strict: bool = False) -> int:
-        """Char offset of an LSP position. A character past the line end means the line end
-        (as the spec says); a line past the end is the document end, or PositionError if strict."""
-        if line < 0 or character < 0:
-            if strict:
-                raise PositionError(f"negative position ({line}, {character})")
-            line, character = max(line, 0), max(character, 0)
-        if line >= len(self.lines):
-            if strict:
-                raise PositionError(f"line {line} is past the end ({len(self.lines)} lines)")
-            return len(self.text)
-        return self.lines[line] + _chars(self.line_text(line), character, self.encoding)
+        """Char offset of an LSP position in the document's position encoding (offset_at below)."""
+        return offset_at(self.text, line, character, self.encoding, strict=strict, starts=self.lines)
 
     def position_at(self, offset: int) -> tuple[int, int]:
         offset = max(0, min(offset, len(self.text)))

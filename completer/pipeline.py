@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .client import Chunk, Completion, EngineClient
-from .documents import WINDOW_CHARS, PositionError, Snapshot, language_for, snapshot_around
+from .documents import WINDOW_CHARS, PositionError, Snapshot, language_for, offset_at, snapshot_around
 from .syntax import Mode, SyntaxOptions, gate, make_stop, node_kind, postprocess, select_context
 from .syntax.context import MAX_CHARS_PER_TOKEN
 from .syntax.deadline import NEVER, Deadline
@@ -34,19 +34,14 @@ class CompletionOptions:
 
 
 def resolve_offset(text: str | Snapshot, position: int | tuple[int, int]) -> int:
-    """A char offset from an offset or a 0-based (line, column in chars); PositionError if outside."""
+    """A char offset from an offset or a 0-based (line, column in chars; lines end at \\r\\n, \\r
+    or \\n, as in the language server's documents); PositionError if outside."""
     text = text.text if isinstance(text, Snapshot) else text
     if isinstance(position, int):
         if not 0 <= position <= len(text):
             raise PositionError(f"offset {position} is outside the document (0..{len(text)})")
         return position
-    line, col = position
-    lines = text.split("\n")
-    if not 0 <= line < len(lines):
-        raise PositionError(f"line {line} is out of range: the text has {len(lines)} lines (0-based)")
-    if not 0 <= col <= len(lines[line].rstrip("\r")):
-        raise PositionError(f"column {col} is out of range: line {line} has {len(lines[line])} characters")
-    return sum(len(ln) + 1 for ln in lines[:line]) + col
+    return offset_at(text, *position, exact=True)
 
 
 def _locate(engine: EngineClient, text: str | Snapshot, position: int | tuple[int, int], language: str | None,

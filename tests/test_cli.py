@@ -29,6 +29,18 @@ def test_embedded_pair_completes_a_real_file():
     assert out["speculative"] is True and out["new_tokens"] > 0 and out["ttft_ms"] > 0
 
 
+@pytest.mark.parametrize("eol", ["\r\n", "\r"])
+def test_a_crlf_or_lone_cr_file_completes_where_the_language_server_would(tmp_path, eol):
+    from completer.documents import Document
+
+    text = (ROOT / "examples" / "stack.py").read_text().replace("\n", eol)
+    (tmp_path / "stack.py").write_bytes(text.encode())
+    r = run("complete", str(tmp_path / "stack.py"), "--line", "7", "--col", "19", "--json", "--max-new-tokens", "4")
+    assert r.returncode == 0, r.stderr
+    prefix = next(s for s in json.loads(r.stdout)["spans"] if s[0] == "prefix")
+    assert prefix[2] == Document("u", text, "python").offset_at(7, 19, strict=True)
+
+
 def test_raw_prompt_greedy_equals_no_speculative(tiny_pair, tmp_path):
     target, draft = tiny_pair
     prompt = tmp_path / "p.txt"

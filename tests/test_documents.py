@@ -40,6 +40,20 @@ def test_position_edge_cases():
         d.offset_at(7, 0, strict=True)  # …strict for requests
 
 
+@pytest.mark.parametrize("text", ["ab\r\ncd\r\nef", "ab\rcd\ref", "ab\ncd\ref\r\n", "a😀\rb😀c\r\n"])
+def test_one_line_column_rule_for_the_cli_and_the_language_server(text):
+    from completer.pipeline import resolve_offset
+
+    d = Document("u", text, None, encoding="utf-32")
+    for line in range(d.line_count()):
+        for col in range(len(d.line_text(line)) + 1):
+            assert resolve_offset(text, (line, col)) == d.offset_at(line, col, strict=True)
+    with pytest.raises(PositionError):
+        resolve_offset(text, (0, len(d.line_text(0)) + 1))  # the CLI is exact where LSP clamps
+    with pytest.raises(PositionError):
+        resolve_offset(text, (d.line_count(), 0))
+
+
 @pytest.mark.parametrize("lang_id,path,want", [
     ("python", None, "python"), ("typescriptreact", None, "tsx"), ("plaintext", "a.rs", "rust"),
     (None, "file:///x/y.go", "go"), ("cobol", "a.cbl", None), (None, None, None)])
