@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import random_llama
 
-from completer.client import Chunk, EngineError
+from completer.client import Chunk, EngineError, TextStop
 from completer.engine.engine import Engine, EngineConfig
 from completer.engine.models import Pair, load_tokenizer
 from completer.engine.runner import common_prefix_len, forward_many
@@ -173,3 +173,24 @@ def test_draft_length_adapts_per_syntax_node_kind(tok):
     assert list(slot.by_kind) == ["block", "argument_list"]  # most recently used last
     assert slot.k_for("argument_list") is slot.by_kind["argument_list"]
     assert slot.k_for(None) is slot.k
+
+
+def test_the_stop_says_why(tok):
+    """A client.TextStop's reason becomes the completion's stop_reason; a plain callable (a stop
+    sequence) is "stop"."""
+    e = engine(random_pair(tok, seed=3), max_new_tokens=12)
+
+    class Syntax:
+        reason = None
+
+        def __call__(self, text):
+            if len(text) >= 2:
+                self.reason = "syntax"
+                return 2
+            return None
+
+    assert isinstance(Syntax(), TextStop)
+    c = e.complete("def f(x):\n    return ", "\n", doc_key="s", stop_text=Syntax())
+    assert c.stop_reason == "syntax" and len(c.text) <= 2
+    c = e.complete("def f(x):\n    return ", "\n", doc_key="p", stop_text=lambda t: 1 if t else None)
+    assert c.stop_reason == "stop" and len(c.text) <= 1

@@ -279,3 +279,20 @@ def test_batched_verify_width_is_capped_and_output_unchanged(tok):  # noqa: F811
     assert capped and max(capped) == 2
     assert max(free) > 2  # without the cap the adaptive draft length (starting at 4) is wider
     assert ids == free_ids  # greedy: the cap changes the pace, never the text
+
+
+@pytest.mark.parametrize(("old", "new", "rest"), [
+    (("x = ", "\n", "foo(1)"), ("x = f", "\n"), "oo(1)"),     # typed its beginning
+    (("x = ", "\n", "foo(1)"), ("x = g", "\n"), ""),          # typed something else
+    (("x = ", "\n", "foo(1)"), ("x = foo(1)", "\n"), ""),     # typed all of it
+    (("x = ", "\n", "foo(1)"), ("x = ", "\n"), ""),           # the same request again: generate
+    (("x = ", "\n", "foo(1)"), ("x = f", ")\n"), ""),         # another suffix
+])
+def test_type_through_is_one_rule_for_the_engine_and_remote_clients(old, new, rest):
+    from completer.engine.records import Record
+    from completer.remote.typethrough import _typed_rest
+
+    rec = Record(old[0], old[1])
+    rec.update(old[2], done=True, ok=True)
+    typed = rec.typed(*new)
+    assert (old[2][len(typed):] if typed is not None else "") == rest == _typed_rest(old, *new)
