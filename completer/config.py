@@ -122,6 +122,9 @@ class SyntaxOptions:
     parse_check: bool = opt(True, "trim what adds parse errors (re-parse with the candidate inserted)")
     stop_degenerate: bool = opt(True, "stop and drop degenerate output (a unit or line repeated in a row, "
                                 "blank lines, the line above echoed)")
+    syntax_budget_ms: float = opt(250.0, "a request's time for the syntax layer's optional checks (the header "
+                                  "outside the window, the parse check); once spent they are skipped and "
+                                  "--json names them in syntax_skipped; 0 skips them", lo=0.0, hi=60_000.0)
 
 
 @dataclass(frozen=True)

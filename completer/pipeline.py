@@ -28,9 +28,6 @@ FIM_TOKENS = 3  # <fim_suffix>, <fim_middle> and <fim_prefix>/none: the engine's
 class CompletionOptions:
     max_new_tokens: int | None = None   # None = the engine's own default
     syntax: SyntaxOptions = field(default_factory=SyntaxOptions)
-    # The syntax layer's optional checks (the header outside the window, the parse check of
-    # candidates) are skipped once a request has spent this long in it; None = no limit.
-    syntax_budget_ms: float | None = 250.0
 
 
 def resolve_offset(text: str | Snapshot, position: int | tuple[int, int]) -> int:
@@ -75,7 +72,7 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
     `on_text` receives deltas of text the returned (post-processed) text starts with, as it
     settles (syntax/stream.py)."""
     t0 = time.perf_counter()
-    deadline = Deadline.within(options.syntax_budget_ms)
+    deadline = Deadline.within(options.syntax.syntax_budget_ms)
     snap, offset, start = _locate(engine, text, position, language, options)
     decision, ctx = prompt_for(engine, snap, offset, options, deadline)
     syntax: dict = {"gate": decision.mode.value, "gate_reason": decision.reason, "node_kind": None,

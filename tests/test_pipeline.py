@@ -8,6 +8,7 @@ import pytest
 from completer.client import Completion, EngineClient
 from completer.documents import PositionError, parse_snapshot
 from completer.pipeline import CompletionOptions, complete_at, warmup_at
+from completer.syntax import SyntaxOptions
 
 
 class Scripted:
@@ -105,7 +106,7 @@ def test_the_deadline_skips_checks_and_the_result_names_them():
     eng = Scripted("return (w *\n")
     r = complete_at(eng, SRC, (4, 4), language="python")
     assert r.extra["syntax_skipped"] == [] and "(" not in r.text
-    r = complete_at(eng, SRC, (4, 4), language="python", options=CompletionOptions(syntax_budget_ms=0))
+    r = complete_at(eng, SRC, (4, 4), language="python", options=CompletionOptions(syntax=SyntaxOptions(syntax_budget_ms=0)))
     assert r.extra["syntax_skipped"] == ["parse_check"] and r.text.startswith("return (w *")  # unchecked
 
 

@@ -51,7 +51,7 @@ M.option_types = {
   complete_in_docstrings = 'boolean', max_lines = 'number', prefix_lines = 'number',
   suffix_lines = 'number', suffix_share = 'number', header_share = 'number',
   max_siblings = 'number', grid_lines = 'number', parse_check = 'boolean',
-  stop_degenerate = 'boolean',
+  stop_degenerate = 'boolean', syntax_budget_ms = 'number',
   -- lsp
   enable = 'boolean', debounce_ms = 'number', warmup = 'boolean', ready_wait_ms = 'number',
   -- workspace
