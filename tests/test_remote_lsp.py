@@ -31,9 +31,9 @@ SOURCE = "\n".join(_DOCUMENTS[_DOCUMENTS.index('"""', 3) + 4:].split("\n")[:60])
 # Every test here needs llama-server: without one they skip (fail under CI) before the `client`
 # fixture starts a language server (llama_bin is session-scoped, so it is set up first).
 pytestmark = pytest.mark.usefixtures("llama_bin")
-# An open list the model keeps extending: a long stream to cut (a request alone generates 150-300 tokens
-# here with stop_degenerate off, where a new `def main():` body ends after a few).
-LONG = SOURCE + "\n\nPRIMES = [\n    2,\n    3,\n    5,\n    7,\n    "
+# An open list of counted numbers the model keeps extending: a long stream to cut, independent of
+# SOURCE (whose text changes whenever documents.py does; its tail once ended the stream after 5-17 tokens).
+LONG = "DATA = [\n" + "".join(f"    {i},\n" for i in range(40)) + "    "
 HOLES = [(i, m.end()) for i, ln in enumerate(SOURCE.split("\n"))  # (line, column): the rest of the line goes
          for m in [re.search(r"(= |return |\()", ln)] if m]
 
