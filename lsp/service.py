@@ -351,9 +351,9 @@ class Service:
 
     def _workspace_for(self, uri: str) -> dict:
         """The pipeline's arguments for cross-file context in this document (none without an index)."""
-        if self.index is None or not PIPELINE_TAKES_INDEX:
+        if self.index is None or not PIPELINE_TAKES_INDEX or not (path := _path(uri)):
             return {}
-        return {"workspace": self.index}
+        return {"workspace": self.index, "path": path}
 
     async def context(self, uri: str, line: int, character: int) -> list[dict] | None:
         """What a completion at this position would put in the prompt (completer/context): the

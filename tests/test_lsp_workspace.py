@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import pytest_lsp
 from lsprotocol import types as t
+from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient, client_capabilities
 from test_lsp import SERVER, _inline, _tiny_options
 
@@ -102,6 +103,10 @@ async def test_index_is_built_with_progress_and_kept_current(client: LanguageCli
     assert kinds[0] is t.WorkDoneProgressBegin and kinds[-1] is t.WorkDoneProgressEnd
     watched = [r for r in client.registrations if r.method == t.WORKSPACE_DID_CHANGE_WATCHED_FILES]
     assert len(watched) == 1  # the client registers watchers on request: the server asked
+    with pytest.raises(JsonRpcException) as err:  # completer/context: a clear error for bad params
+        await client.protocol.send_request_async("completer/context", {"textDocument": 3, "position": {}})
+    assert err.value.code == -32602
+    assert await _context(client, (root / "nope.py").as_uri(), 0, 0) is None  # not open
 
     # an open document not on disk yet is indexed from its live text
     new = root / "pkg" / "extra.py"
@@ -143,3 +148,10 @@ async def test_unreadable_files_and_symlink_loops_still_complete(client: Languag
     assert isinstance(got, t.InlineCompletionList)
     stats = await client.protocol.send_request_async("completer/stats", {})
     assert stats.engine_stats.requests == 1 and getattr(stats, "engine_exceptions", 0) == 0  # it ran, and nothing raised
+
+
+
+async def _context(client: LanguageClient, uri: str, line: int, ch: int) -> list | None:
+    got = await client.protocol.send_request_async("completer/context", {
+        "textDocument": {"uri": uri}, "position": {"line": line, "character": ch}})
+    return got.context
