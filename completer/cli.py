@@ -60,7 +60,7 @@ def cmd_complete(a: argparse.Namespace) -> int:
         raise UsageError("give a PATH with --line/--col, or --prompt-file")
     if a.prompt_file is None and (a.line is None or a.col is None):
         raise UsageError("--line and --col are required with PATH")
-    r = resolve(a, ("engine", "client", "syntax"), a.prompt_file or a.path)
+    r = resolve(a, ("engine", "client", "syntax", "workspace"), a.prompt_file or a.path)
     if a.prompt_file is not None:
         return _complete_raw(a, r)
     return _complete_file(a, r)
@@ -85,9 +85,11 @@ def _complete_raw(a: argparse.Namespace, r: config.Resolved) -> int:
 
 
 def _complete_file(a: argparse.Namespace, r: config.Resolved) -> int:
-    """File mode: the syntax-aware pipeline (gate → context → engine → post-process)."""
+    """File mode: the syntax-aware pipeline (gate → context → engine → post-process), with the
+    definitions from other files of the workspace (`--workspace`, default: the file's project root)."""
     from .documents import PositionError, language_for
     from .pipeline import CompletionOptions, complete_at, make_engine, resolve_offset
+    from .workspace import WorkspaceIndex, find_root
 
     text = read_source_file(a.path)
     language = language_for(path=a.path)
@@ -95,11 +97,19 @@ def _complete_file(a: argparse.Namespace, r: config.Resolved) -> int:
         resolve_offset(text, (a.line, a.col))
     except PositionError as e:
         raise UsageError(str(e)) from None
+    root = Path(a.workspace) if a.workspace else find_root(a.path)
+    if not root.is_dir():
+        raise UsageError(f"--workspace {a.workspace} is not a directory")
     engine = make_engine(**{k: r.values[k] for k in r.values if config.OPTIONS[k].scope in ("engine", "client")}
                          | {"engine_api_key": r.engine_key()[0]})
     opts = CompletionOptions(max_new_tokens=r.values["max_new_tokens"], syntax=r.build(config.SyntaxOptions))
+    ws_opts = r.build(config.WorkspaceOptions)
+    index = None
+    if ws_opts.cross_file:
+        index = WorkspaceIndex(root, ws_opts, count_tokens=engine.count_tokens)
+        index.build()
     c = complete_at(engine, text, (a.line, a.col), language=language, doc_key=str(Path(a.path).resolve()),
-                    options=opts)
+                    options=opts, workspace=index, path=str(Path(a.path).resolve()))
     if a.json:
         print(json.dumps(c.to_json()))
     else:
@@ -180,10 +190,13 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--line", type=int, help="0-based line")
     c.add_argument("--col", type=int, help="0-based column in characters")
     c.add_argument("--prompt-file", help="raw prompt mode: continue this text (no syntax layer)")
-    c.add_argument("--json", action="store_true", help="print one JSON object")
+    c.add_argument("--json", action="store_true", help="print one JSON object (with `context`: what the prompt holds)")
+    c.add_argument("--workspace", metavar="DIR", help="the workspace other files' definitions come from (default: "
+                   "the nearest parent with .git, pyproject.toml, setup.py, package.json, go.mod or Cargo.toml, "
+                   "else the file's directory)")
     c.add_argument("--greedy", action="store_true", help="greedy decoding (temperature 0)")
     c.add_argument("--no-speculative", action="store_true", help="plain decoding, no drafter")
-    config.add_arguments(c, ("engine", "client", "syntax", "trust"))
+    config.add_arguments(c, ("engine", "client", "syntax", "workspace", "trust"))
     s = sub.add_parser("serve", parents=[common], help="the engine service: WebSocket+msgpack at /ws, OpenAI /v1/completions, "
                                      "/metrics, /health")
     config.add_arguments(s, ("serve", "engine", "trust"))

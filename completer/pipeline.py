@@ -11,15 +11,31 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .client import Chunk, Completion, EngineClient
-from .documents import WINDOW_CHARS, PositionError, Snapshot, language_for, offset_at, snapshot_around
-from .syntax import Mode, SyntaxOptions, gate, make_stop, node_kind, postprocess, select_context
-from .syntax.context import MAX_CHARS_PER_TOKEN
+from .documents import (
+    WINDOW_CHARS,
+    PositionError,
+    Snapshot,
+    language_for,
+    line_starts,
+    offset_at,
+    snapshot_around,
+)
+from .fim import render_extra
+from .syntax import Context, Mode, SyntaxOptions, gate, make_stop, node_kind, postprocess, select_context
+from .syntax.context import MAX_CHARS_PER_TOKEN, enclosing_definition
 from .syntax.deadline import NEVER, Deadline
 from .syntax.stream import Stream
+
+if TYPE_CHECKING:
+    from .workspace import Snippet, WorkspaceIndex
 
 FIM_TOKENS = 3  # <fim_suffix>, <fim_middle> and <fim_prefix>/none: the engine's build_prompt keeps 3
 
@@ -42,52 +58,148 @@ def resolve_offset(text: str | Snapshot, position: int | tuple[int, int]) -> int
 
 
 def _locate(engine: EngineClient, text: str | Snapshot, position: int | tuple[int, int], language: str | None,
-            options: CompletionOptions) -> tuple[Snapshot, int, int]:
-    """(snapshot, offset in it, where it starts in `text`): an open document's snapshot as it
-    is; a text parsed around the cursor, as far as the context can reach."""
+            options: CompletionOptions) -> tuple[Snapshot, int, int, int]:
+    """(snapshot, offset in it, where it starts in `text`, in chars and in lines): an open
+    document's snapshot as it is; a text parsed around the cursor, as far as the context can reach."""
     offset = resolve_offset(text, position)
     if isinstance(text, Snapshot):
-        return text, offset, 0
+        return text, offset, 0, 0
     reach = max(WINDOW_CHARS, 2 * MAX_CHARS_PER_TOKEN * engine.prompt_budget(options.max_new_tokens))
     snap, start = snapshot_around(text, language_for(language), offset, reach)
-    return snap, offset - start, start
+    return snap, offset - start, start, (len(line_starts(text[:start])) - 1 if start else 0)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One piece of what went into the prompt: a chunk of another file, or a part of the cursor
+    file's own context (a header item, the prefix or suffix window). `path` is relative to the
+    workspace root; lines are 0-based and inclusive, in that file."""
+    kind: str   # definition | similar (other files); import | signature | sibling | prefix | suffix
+    path: str
+    start_line: int
+    end_line: int
+    tokens: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What a completion's prompt holds: the chunks of other files (repository context, in the
+    order the engine renders them before the prefix) and the cursor file's window."""
+    window: Context
+    chunks: tuple[Chunk, ...]
+    context: tuple[Entry, ...]
+
+    @property
+    def prefix(self) -> str:
+        return self.window.prefix
+
+    @property
+    def suffix(self) -> str:
+        return self.window.suffix
+
+
+class _LastChunks:
+    """The cross-file snippets last chosen per (index, file), so that the prompt's head stays
+    the same while the cursor stays inside one definition: a new retrieval replaces them only
+    when it holds something they do not (a name newly used, a definition that changed), or the
+    cursor left the definition. The per-document KV cache keeps matching meanwhile."""
+
+    def __init__(self, per_index: int = 256):
+        self.per_index, self.lock = per_index, threading.Lock()
+        self.last: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def choose(self, workspace, path: str, scope: int | None, fresh: list[Snippet], budget: int) -> list[Snippet]:
+        with self.lock:
+            seen = self.last.setdefault(workspace, OrderedDict())
+            old = seen.get(path)
+            if (old is not None and old[0] == scope and set(fresh) <= set(old[1])
+                    and sum(s.tokens for s in old[1]) <= budget):
+                seen.move_to_end(path)
+                return old[1]
+            seen[path] = (scope, fresh)
+            seen.move_to_end(path)
+            if len(seen) > self.per_index:
+                seen.popitem(last=False)
+            return fresh
+
+
+_LAST = _LastChunks()
 
 
 def prompt_for(engine: EngineClient, snap: Snapshot, offset: int, options: CompletionOptions,
-               deadline: Deadline = NEVER):
-    """(decision, context) for a completion at `offset`; context is None when gated off."""
+               deadline: Deadline = NEVER, workspace: WorkspaceIndex | None = None, path: str | None = None,
+               extra: Sequence[Chunk] = (), first_line: int = 0):
+    """(decision, Prompt) for a completion at `offset` of `snap`; the Prompt is None when gated
+    off. The syntax layer chooses everything that goes in; the engine only adds its FIM tokens.
+    With a `workspace` index and the file's `path`, the definitions and snippets of other files
+    the cursor needs take up to the index options' `cross_file_share` of the budget, in a stable
+    order (by path and line, kept while the cursor stays in one definition); `extra`, chunks the
+    caller chose (a `completer serve` client's), go first; the cursor file's windows get the rest. `first_line`: the file's line where `snap` starts (a text
+    parsed around the cursor), for the entries' line numbers."""
     decision = gate(snap, offset, options.syntax)
     if decision.mode is Mode.EMPTY:
         return decision, None
     budget = engine.prompt_budget(options.max_new_tokens) - FIM_TOKENS
-    return decision, select_context(snap, offset, engine.count_tokens, budget, options.syntax, deadline)
+    snippets, rel = [], None
+    if workspace is not None and path is not None:
+        rel = workspace.rel(path)
+        share = int(budget * workspace.options.cross_file_share)
+        if rel is not None and share > 0:
+            fresh = sorted(workspace.retrieve(path, snap.text, snap.byte_at(offset), share),
+                           key=lambda s: (s.path, s.start_line))
+            snippets = _LAST.choose(workspace, rel, enclosing_definition(snap, offset), fresh, share)
+    chunks = tuple(extra) + tuple(Chunk(s.path, s.text) for s in snippets)
+    # what the engine adds around them (a path comment each, or a file separator and the path)
+    # (the engine keeps chunks within half the budget: engine/prompt.build_prompt)
+    spent = min(engine.count_tokens(render_extra("none", chunks, snap.language)), budget // 2) if chunks else 0
+    window = select_context(snap, offset, engine.count_tokens, budget - spent, options.syntax, deadline)
+    here = rel or (Path(path).name if path else "")
+    own = tuple(Entry(sp.kind, here, first_line + _line_of(snap.text, sp.start),
+                      first_line + _line_of(snap.text, max(sp.end - 1, sp.start)),
+                      engine.count_tokens(snap.text[sp.start:sp.end] if sp.shown is None else sp.shown))
+                for sp in window.spans)
+    cross = tuple(Entry(s.kind, s.path, s.start_line, s.end_line, s.tokens) for s in snippets)
+    return decision, Prompt(window, chunks, cross + own)
+
+
+def _line_of(text: str, offset: int) -> int:
+    """0-based line of char `offset` (lines end at \\r\\n, \\r or \\n, as documents.line_starts)."""
+    head = text[:offset]
+    return head.count("\n") + head.count("\r") - head.count("\r\n")
 
 
 def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tuple[int, int], *,
                 language: str | None = None, doc_key: str = "_default",
                 options: CompletionOptions = CompletionOptions(),
                 cancel: threading.Event | None = None,
-                on_text: Callable[[str], None] | None = None, extra: Sequence[Chunk] = ()) -> Completion:
-    """One completion at `position` of `text` (a string, or a documents.Snapshot with its tree).
-    `on_text` receives deltas of text the returned (post-processed) text starts with, as it
-    settles (syntax/stream.py)."""
+                on_text: Callable[[str], None] | None = None, extra: Sequence[Chunk] = (),
+                workspace: WorkspaceIndex | None = None, path: str | None = None) -> Completion:
+    """One completion at `position` of `text` (a string, or a documents.Snapshot with its tree),
+    with the chunks `extra` a caller chose and those `workspace` gives for the file at `path`
+    (prompt_for). `on_text` receives deltas of text the returned (post-processed) text starts
+    with, as it settles (syntax/stream.py). The result's `context` lists what the prompt holds."""
     t0 = time.perf_counter()
     deadline = Deadline.within(options.syntax.syntax_budget_ms)
-    snap, offset, start = _locate(engine, text, position, language, options)
-    decision, ctx = prompt_for(engine, snap, offset, options, deadline)
+    snap, offset, start, first_line = _locate(engine, text, position, language, options)
+    decision, prompt = prompt_for(engine, snap, offset, options, deadline, workspace=workspace, path=path,
+                                  extra=extra, first_line=first_line)
     syntax: dict = {"gate": decision.mode.value, "gate_reason": decision.reason, "node_kind": None,
                     "language": snap.language or "plaintext"}
-    if ctx is None:
+    if prompt is None:
         ms = round((time.perf_counter() - t0) * 1e3, 3)
         return Completion("", total_ms=ms, stop_reason="gated",
-                          extra={**syntax, "syntax_ms": ms, "syntax_skipped": []})
+                          extra={**syntax, "syntax_ms": ms, "syntax_skipped": [], "context": []})
+    ctx = prompt.window
     stop = make_stop(snap, offset, decision.mode, options.syntax)
     t1 = time.perf_counter()
     kind = node_kind(snap, offset)  # the engine adapts its draft length per kind of node
     shown = Stream(snap, offset, decision.mode, options.syntax, on_text) if on_text is not None else None
     comp = engine.complete(ctx.prefix, ctx.suffix, doc_key=doc_key, max_new=options.max_new_tokens,
                            stop_text=stop, cancel=cancel, on_text=shown.feed if shown else None, node_kind=kind,
-                           extra=extra)
+                           extra=prompt.chunks)
     t2 = time.perf_counter()
     raw = comp.text
     cut = stop(raw)  # generation may have ended by EOS or length before the stop fired
@@ -101,6 +213,7 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
     comp.extra.update(syntax, node_kind=kind, context_tokens=ctx.tokens, raw_context_tokens=ctx.raw_tokens,
                       tokens_saved=ctx.saved, spans=[(s.kind, s.start + start, s.end + start) for s in ctx.spans],
                       syntax_skipped=list(ctx.skipped + post.skipped),
+                      context=[e.as_dict() for e in prompt.context],
                       raw_text=raw, postprocess=post.reason, parse_errors_before=post.errors_before,
                       parse_errors_after=post.errors_after, syntax_ms=round((t1 - t0) * 1e3, 3),
                       engine_total_ms=round((t2 - t1) * 1e3, 3), postprocess_ms=round((t3 - t2) * 1e3, 3))
@@ -111,13 +224,14 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
 
 def warmup_at(engine: EngineClient, text: str | Snapshot, position: int | tuple[int, int], *, doc_key: str,
               language: str | None = None, options: CompletionOptions = CompletionOptions(),
-              extra: Sequence[Chunk] = ()) -> int:
+              extra: Sequence[Chunk] = (), workspace: WorkspaceIndex | None = None, path: str | None = None) -> int:
     """Prefill the engine's cache with the prompt `complete_at` would use for the same arguments
-    (the same snapshot, window and chunks `extra`); returns the tokens computed (0 when gated off
-    or already cached)."""
-    snap, offset, _ = _locate(engine, text, position, language, options)
-    _, ctx = prompt_for(engine, snap, offset, options)
-    return 0 if ctx is None else engine.warmup(ctx.prefix, ctx.suffix, doc_key=doc_key, extra=extra)
+    (the same snapshot, window and chunks); returns the tokens computed (0 when gated off or
+    already cached)."""
+    snap, offset, _, first_line = _locate(engine, text, position, language, options)
+    _, prompt = prompt_for(engine, snap, offset, options, workspace=workspace, path=path, extra=extra,
+                           first_line=first_line)
+    return 0 if prompt is None else engine.warmup(prompt.prefix, prompt.suffix, doc_key=doc_key, extra=prompt.chunks)
 
 
 def make_engine(engine: str | None = None, *, engine_api_key: str | None = None, engine_model: str | None = None,

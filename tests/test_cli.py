@@ -2,10 +2,12 @@
 prompt mode, and bad input (one clear line on stderr, exit code 2, no traceback)."""
 from __future__ import annotations
 
+import http.server
 import json
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -201,3 +203,88 @@ def test_the_docs_name_real_flags():
                 assert re.search(rf"{flag}\b(?!-)", helps[cmd]), f"{doc.name}: completer{m.group(1)} has no {flag}"
                 checked += 1
     assert checked > 10
+
+
+UTIL = '''"""Helpers."""
+
+
+def scale_all(values, factor):
+    """Every value times factor."""
+    return [v * factor for v in values]
+
+
+def unrelated(a):
+    return a
+'''
+MAIN = '''from pkg.util import scale_all
+
+
+def main(xs):
+    return scale_all(
+'''
+
+
+class _FakeOpenAI(threading.Thread):
+    """An OpenAI-compatible /v1 on 127.0.0.1 that keeps every prompt it is sent and answers a
+    fixed completion, streamed (no /tokenize: the client estimates)."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        prompts = self.prompts = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, code: int, body: bytes, kind: str = "application/json"):
+                self.send_response(code)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                if self.path == "/v1/models":
+                    return self._send(200, json.dumps({"data": [{"id": "deepseek-coder-1.3b", "max_model_len": 4096}]}).encode())
+                self._send(404, b"{}")
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path != "/v1/completions":
+                    return self._send(404, b"{}")
+                prompts.append(body["prompt"])
+                ev = {"choices": [{"text": "xs, 2)", "finish_reason": "stop"}],
+                      "usage": {"prompt_tokens": 100, "completion_tokens": 3}}
+                self._send(200, f"data: {json.dumps(ev)}\n\ndata: [DONE]\n\n".encode(), "text/event-stream")
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+
+    def run(self):
+        self.server.serve_forever()
+
+
+def test_a_definition_from_another_file_is_in_the_context_and_the_prompt(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'w'\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "util.py").write_text(UTIL)
+    (tmp_path / "main.py").write_text(MAIN)
+    fake = _FakeOpenAI()
+    fake.start()
+    try:
+        engine = ["--engine", f"openai:http://127.0.0.1:{fake.server.server_address[1]}/v1"]
+        r = run("complete", str(tmp_path / "main.py"), "--line", "4", "--col", "21", "--json", *engine)
+        off = run("complete", str(tmp_path / "main.py"), "--line", "4", "--col", "21", "--json", "--no-cross-file",
+                  *engine)
+    finally:
+        fake.server.shutdown()
+    assert r.returncode == 0 and off.returncode == 0, r.stderr + off.stderr
+    context = json.loads(r.stdout)["context"]  # the workspace root: the nearest pyproject.toml
+    util = [c for c in context if c["path"] == "pkg/util.py"]
+    assert [c["kind"] for c in util] == ["definition"] and util[0]["tokens"] > 0
+    assert util[0]["start_line"] <= UTIL.splitlines().index("def scale_all(values, factor):") <= util[0]["end_line"]
+    own = {c["kind"]: c for c in context if c["path"] == "main.py"}
+    assert own["prefix"]["start_line"] == 0 and own["prefix"]["end_line"] == 4
+    assert "def scale_all(values, factor):" in fake.prompts[0] and "unrelated" not in fake.prompts[0]
+    assert "scale_all(values" not in fake.prompts[1]
+    assert [c["path"] for c in json.loads(off.stdout)["context"]] == ["main.py", "main.py"]

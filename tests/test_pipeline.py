@@ -48,7 +48,7 @@ class Scripted:
     def complete(self, prefix, suffix="", *, doc_key="_default", max_new=None, stop_text=None, cancel=None,
                  on_text=None, node_kind=None, language=None, extra=()):
         self.calls.append({"prefix": prefix, "suffix": suffix, "doc_key": doc_key, "max_new": max_new,
-                           "cancel": cancel, "node_kind": node_kind})
+                           "cancel": cancel, "node_kind": node_kind, "extra": tuple(extra)})
         text = ""
         for ch in self.reply:  # one "token" per character, like a decode loop
             text += ch
@@ -130,3 +130,62 @@ def test_positions_and_warmup():
     assert warmup_at(eng, parse_snapshot(SRC, "python"), SRC.index("    \n") + 4, doc_key="d") > 0
     assert eng.warm[0][2] == "d" and eng.warm[0][0].endswith("def area(w, h):\n    ")
     assert complete_at(eng, "plain words ", 12).extra["language"] == "plaintext"
+
+
+UTIL = """def scale_all(values, factor):
+    \"\"\"Every value times factor.\"\"\"
+    return [v * factor for v in values]
+
+
+def offset_all(values, by):
+    return [v + by for v in values]
+
+
+def unused(a):
+    return a
+"""
+
+
+def _workspace(tmp_path):
+    from completer.workspace import WorkspaceIndex
+
+    (tmp_path / "util.py").write_text(UTIL)
+    (tmp_path / "main.py").write_text("")
+    index = WorkspaceIndex(tmp_path)
+    index.build()
+    return index, str(tmp_path / "main.py")
+
+
+def test_cross_file_chunks_go_first_in_a_stable_order_while_typing_in_one_function(tmp_path):
+    index, path = _workspace(tmp_path)
+    head = "from util import offset_all, scale_all\n\n\ndef main(xs):\n    return "
+    tail = "\n\n\ndef other(xs):\n    return offset_all(\n"
+    eng = Scripted("xs")
+    seen = []
+    for typed in ["offset_all(scale_all(", "offset_all(scale_all(x", "offset_all(scale_all(xs), ",
+                  "offset_all(scale_all(xs), 1"]:
+        r = complete_at(eng, head + typed + tail, len(head + typed), language="python", workspace=index, path=path)
+        seen.append([c.path + ":" + c.text.split("(")[0] for c in eng.calls[-1]["extra"]])
+        assert [(c["kind"], c["path"]) for c in r.extra["context"]][:3] == [
+            ("definition", "util.py"), ("definition", "util.py"), ("prefix", "main.py")]
+    # by path and line; kept after the cursor left scale_all's call (only offset_all's is needed
+    # there) because it stayed in main(): the prompt's head did not change
+    assert seen == [["util.py:def scale_all", "util.py:def offset_all"]] * 4
+    at = len(head + "1" + tail) - 1
+    r = complete_at(eng, head + "1" + tail, at, language="python", workspace=index, path=path)
+    assert [c.text.split("(")[0] for c in eng.calls[-1]["extra"]] == ["def offset_all"]  # other(): its own
+    assert r.extra["context"][0]["start_line"] == UTIL.splitlines().index("def offset_all(values, by):")
+    assert "unused" not in str(eng.calls)
+
+
+def test_cross_file_context_leaves_the_rest_of_the_budget_to_the_file(tmp_path):
+    index, path = _workspace(tmp_path)
+    src = "from util import scale_all\n\n\ndef main(xs):\n" + "".join(f"    v{i} = {i}\n" for i in range(200)) + \
+        "    return scale_all("
+    eng = Scripted("xs)", budget=300)
+    r = complete_at(eng, src, len(src), language="python", workspace=index, path=path)
+    chunk_tokens = sum(c["tokens"] for c in r.extra["context"] if c["path"] == "util.py")
+    assert 0 < chunk_tokens <= int((300 - 3) * index.options.cross_file_share)
+    assert r.extra["context_tokens"] + chunk_tokens <= 300 - 3
+    assert eng.calls[-1]["extra"] and complete_at(eng, src, len(src), language="python").extra["context_tokens"] > \
+        r.extra["context_tokens"]

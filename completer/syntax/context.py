@@ -34,6 +34,7 @@ class Span:
     kind: str   # import | sibling | signature | prefix | suffix
     start: int  # char offsets in the document
     end: int
+    shown: str | None = None  # the text the prompt holds for it when not the document's (a header item)
 
 
 @dataclass(frozen=True)
@@ -124,13 +125,24 @@ def select_context(snap: Snapshot, offset: int, count_tokens: Callable[[str], in
             w_start = offset if nl < 0 else nl + 1
         prefix = _render(header_items) + text[w_start:offset]
         tokens = count_tokens(prefix) + s_tok
-    spans = tuple(Span(i.kind, *_char_range(snap, i.node)) for i in _ordered(header_items))
+    spans = tuple(Span(i.kind, *_char_range(snap, i.node), i.text + "\n") for i in _ordered(header_items))
     spans += (Span("prefix", w_start, offset), Span("suffix", offset, s_end))
     # the engine's own window: the last `budget` tokens of the prefix and a share for the suffix
     # (4 chars per token is enough text to fill it for code)
     raw_pre = count_tokens(text[max(offset - 4 * budget, 0):offset])
     raw = min(raw_pre + min(count_tokens(text[offset:offset + 4 * budget]), suffix_budget), budget)
     return Context(prefix, suffix, spans, tokens, raw, skipped)
+
+
+def enclosing_definition(snap: Snapshot, offset: int) -> int | None:
+    """Char offset where the innermost definition (function, class, ...) holding `offset` starts;
+    None at the top level or without a tree. Typing inside it does not move it."""
+    b = snap.byte_at(offset)
+    inner = None
+    for d in captures(snap, "definitions", b, b + 1).get("definition", []):
+        if d.start_byte < b <= d.end_byte and (inner is None or d.start_byte > inner.start_byte):
+            inner = d
+    return None if inner is None else snap.char_at(inner.start_byte)
 
 
 def _char_range(snap: Snapshot, node: Node) -> tuple[int, int]:
