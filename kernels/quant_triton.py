@@ -54,7 +54,7 @@ def _blocks(M: int) -> tuple[int, int, int]:
 
 
 def int8_matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """Shapes checked by the caller (kernels.quant.int8_matmul)."""
+    """Shapes checked by the caller (completer_kernels.quant.int8_matmul)."""
     M, K = x.shape
     N = q.shape[0]
     x = x.contiguous()
@@ -67,7 +67,7 @@ def int8_matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.
 
 def int4_matmul(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor,
                 group: int) -> torch.Tensor:
-    """Shapes checked by the caller (kernels.quant.int4_matmul)."""
+    """Shapes checked by the caller (completer_kernels.quant.int4_matmul)."""
     M, K = x.shape
     N = packed.shape[0]
     x = x.contiguous()

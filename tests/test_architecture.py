@@ -6,20 +6,52 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("lsp", "completer", "kernels", "draft_models")
+# folder → the name it is imported as (pyproject's package-dir: kernels/ is completer_kernels)
+PACKAGES = {"lsp": "lsp", "completer": "completer", "kernels": "completer_kernels", "draft_models": "draft_models"}
 # what each package may import from the others (besides itself)
-ALLOWED = {"lsp": {"completer"}, "completer": {"kernels", "draft_models"}, "kernels": set(), "draft_models": set()}
+ALLOWED = {"lsp": {"completer"}, "completer": {"completer_kernels", "draft_models"}, "completer_kernels": set(),
+           "draft_models": set()}
 
 
 def modules() -> dict[str, Path]:
     out = {}
-    for pkg in PACKAGES:
-        for f in (ROOT / pkg).rglob("*.py"):
-            parts = list(f.relative_to(ROOT).with_suffix("").parts)
+    for folder, name in PACKAGES.items():
+        for f in (ROOT / folder).rglob("*.py"):
+            parts = [name, *f.relative_to(ROOT / folder).with_suffix("").parts]
             if parts[-1] == "__init__":
                 parts = parts[:-1]
             out[".".join(parts)] = f
     return out
+
+
+def test_pyproject_lists_every_package_under_its_import_name():
+    """pyproject lists the packages (a mapped name is not found by packages.find): every folder
+    with an __init__.py, none twice, none missing."""
+    import tomllib
+
+    st = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = {".".join([PACKAGES[f.relative_to(ROOT).parts[0]], *f.relative_to(ROOT).parent.parts[1:]])
+             for folder in PACKAGES for f in (ROOT / folder).rglob("__init__.py")}
+    assert sorted(st["packages"]) == sorted(found)
+    assert st["package-dir"] == {"completer_kernels": "kernels"}
+
+
+def test_bitsandbytes_finds_no_kernels_of_ours(tmp_path):
+    """bitsandbytes imports Hugging Face's `kernels` (CPUs with AVX512-BF16): outside the
+    checkout, that name is nobody's here (ours is completer_kernels), so it is not our folder
+    that it reads and warns about. Run from a folder outside the checkout, as an installed
+    completer is (the checkout's folder would be on sys.path otherwise)."""
+    import subprocess
+    import sys
+
+    code = ("import importlib.util, completer_kernels.quant; s = importlib.util.find_spec('kernels'); "
+            "print(s.origin if s else None); import bitsandbytes")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                       check=False)
+    assert r.returncode == 0, r.stderr
+    origin = r.stdout.strip().splitlines()[0]
+    assert origin == "None" or not origin.startswith(str(ROOT)), origin
+    assert str(ROOT / "kernels") not in r.stderr and "cannot import name 'get_kernel'" not in r.stderr
 
 
 def imports(name: str, path: Path, known: set[str]) -> set[str]:

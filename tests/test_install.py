@@ -118,7 +118,7 @@ def test_quantized_matmuls_work_without_triton():
 import os
 os.environ["TRITON_INTERPRET"] = "1"
 import torch
-from kernels import quant as kq
+from completer_kernels import quant as kq
 torch.manual_seed(0)
 x, w = torch.randn(3, 64), torch.randn(16, 64)
 q, s = kq.quantize_int8(w)

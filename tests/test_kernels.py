@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from kernels import quant
+from completer_kernels import quant
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels import quant as kq
+from completer_kernels import quant as kq
 
 DEFAULT_GROUPS = "embed=fp16,attn=int8,mlp=int4,head=int8"
 MODE_GROUPS = {"fp16": "embed=fp16,attn=fp16,mlp=fp16,head=fp16",
