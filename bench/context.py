@@ -31,7 +31,7 @@ pipeline in process on the embedded pair, with and without the index: exact matc
 similarity (bench/holes.py's rule), and whether the callee's definition was in the prompt.
 
     python bench/context.py [--sdists DIR] [--budget 256 --budget 512] [--sites 200]
-    python bench/context.py --lsp [--sites 1] [--max-new N]
+    python bench/context.py --lsp [--sites 2] [--max-new N]
     python bench/context.py --exact [--sites 100]
 """
 from __future__ import annotations
@@ -360,10 +360,11 @@ def type_sites(root: Path, ss: list[dict], texts: dict, opts: dict, threads: int
 
 
 def typing_summary(rows: list[dict]) -> dict:
-    """Keystrokes after each site's first (that one prefills the whole prompt: `cold`). `recomputed`:
-    prompt tokens the request prefilled, over keystrokes that reached the engine (a type-through
-    counts 0); `with_warmups`: plus the warmups' tokens, over every keystroke; `e2e`: end-to-end ms
-    of the requests the model answered (not gated, not type-through)."""
+    """Keystrokes after each site's first (that one prefills the whole prompt: `cold`), over those
+    that reached the engine (not gated; a type-through counts 0): `recomputed`, prompt tokens the
+    request prefilled; `le32`, the share that recomputed at most 32; `with_warmups`, plus the
+    tokens of warmups that ended meanwhile; `e2e`: end-to-end ms of the requests the model
+    answered (not type-through)."""
     warm = [r for r in rows if r["char"] > 0]
     reached = [r for r in warm if r["requests"]]
     model = [r for r in reached if not r["type_through"]]
@@ -372,7 +373,8 @@ def typing_summary(rows: list[dict]) -> dict:
             "cold": statistics.median([r["prefill_tokens"] for r in rows if r["char"] == 0 and r["requests"]] or [0]),
             "prompt": statistics.median([r["prefill_tokens"] + r["tokens_reused"] for r in model] or [0]),
             "recomputed": [pct([r["prefill_tokens"] for r in reached], q) for q in (.5, .9)],
-            "with_warmups": [pct([r["prefill_tokens"] + r["warmup_tokens"] for r in warm], q) for q in (.5, .9)],
+            "le32": sum(r["prefill_tokens"] <= 32 for r in reached) / max(len(reached), 1),
+            "with_warmups": [pct([r["prefill_tokens"] + r["warmup_tokens"] for r in reached], q) for q in (.5, .9)],
             "e2e": [pct(e2e, q) for q in (.5, .9)], "shown": sum(r["shown"] for r in warm) / max(len(warm), 1),
             "cross_tokens": statistics.fmean([r["cross_tokens"] for r in rows] or [0]),
             "cross_changed": sum(r["cross_changed"] for r in rows)}
@@ -385,7 +387,7 @@ def typing(a, roots: list[Path]) -> dict:
     rows = []
     for root in roots:
         defs, texts = ast_defs(root)
-        ss = sites(defs, texts, random.Random(a.seed), a.sites or 1)
+        ss = sites(defs, texts, random.Random(a.seed), a.sites or 2)
         for run, max_new in (("typing", a.max_new), ("ttft", 1)):
             for cross in (True, False):
                 opts = {"debounce_ms": 0, "cross_file": cross, **({"max_new_tokens": max_new} if max_new else {})}
@@ -405,10 +407,11 @@ def print_typing(res: dict) -> None:
     print(f"{res['sites']} call sites typed through completer-lsp, a request per keystroke; keystrokes after "
           f"each site's first")
     print(f"{'run':<13}{'keys':>6}{'engine':>7}{'t-thru':>7}{'cold':>6}{'prompt':>7}{'recomputed p50/p90':>20}"
-          f"{'+warmups p50/p90':>18}{'e2e ms p50/p90':>16}{'shown':>7}{'x-file tok':>11}{'x-file changed':>15}")
+          f"{'<=32':>6}{'+warmups p50/p90':>18}{'e2e ms p50/p90':>16}{'shown':>7}{'x-file tok':>11}"
+          f"{'x-file changed':>15}")
     for name, v in s.items():
         print(f"{name:<13}{v['keystrokes']:>6}{v['reached']:>7}{v['type_through']:>7}{v['cold']:>6.0f}{v['prompt']:>7.0f}"
-              f"{v['recomputed'][0]:>12.0f}/{v['recomputed'][1]:<7.0f}{v['with_warmups'][0]:>10.0f}/"
+              f"{v['recomputed'][0]:>12.0f}/{v['recomputed'][1]:<7.0f}{v['le32']:>6.0%}{v['with_warmups'][0]:>10.0f}/"
               f"{v['with_warmups'][1]:<7.0f}{v['e2e'][0]:>8.1f}/{v['e2e'][1]:<7.1f}{v['shown']:>7.0%}"
               f"{v['cross_tokens']:>11.0f}{v['cross_changed']:>15}")
     for run, what in (("typing", "end to end"), ("ttft", "TTFT (max_new_tokens 1, end to end)")):
@@ -531,7 +534,7 @@ def main() -> None:
     ap.add_argument("--sdists", type=Path, help="a directory already holding the sdists (else pip download)")
     ap.add_argument("--budget", type=int, action="append", help="cross-file token budgets (default 256, 512)")
     ap.add_argument("--sites", "--n", type=int,
-                    help="call sites per package (default 200; --lsp: 1; --exact: 100)")
+                    help="call sites per package (default 200; --lsp: 2; --exact: 100)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-scale", action="store_true", help="skip the 1 000-file latency run")
     mode = ap.add_mutually_exclusive_group()
