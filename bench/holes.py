@@ -19,11 +19,13 @@ import re
 import statistics
 import sys
 import time
+from dataclasses import replace
 from difflib import SequenceMatcher
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from completer.config import OPTIONS
 from completer.documents import parse_snapshot
 from completer.pipeline import CompletionOptions, complete_at, make_engine
 from completer.syntax import SyntaxOptions
@@ -151,9 +153,12 @@ def variant(hole: dict, comp, ms: float) -> dict:
 def run(args) -> dict:
     engine = make_engine(None, target=args.target, draft=args.draft, max_new_tokens=args.max_new_tokens,
                          device=args.device)
-    pipelines = {"syntax": SyntaxOptions()}
+    # the syntax layer's time budget as large as the schema allows: under load the default would
+    # skip checks on some holes and change the numbers from run to run
+    budget = SyntaxOptions(syntax_budget_ms=OPTIONS["syntax_budget_ms"].meta["hi"])
+    pipelines = {"syntax": budget}
     if args.no_degenerate_stop:  # the before column, in the same run, on the same engine
-        pipelines = {"no-degen": SyntaxOptions(stop_degenerate=False), **pipelines}
+        pipelines = {"no-degen": replace(budget, stop_degenerate=False), **pipelines}
     rows = []
     for i, h in enumerate(make_holes(args.n, args.seed)):
         text, off = h["text"], h["offset"]
