@@ -20,6 +20,8 @@ class UsageError(Exception):
 
 
 def read_source_file(path: str) -> str:
+    from .documents import is_binary
+
     p = Path(path)
     try:
         data = p.read_bytes()
@@ -29,7 +31,7 @@ def read_source_file(path: str) -> str:
         raise UsageError(f"is a directory, not a file: {path}") from None
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror}") from None
-    if b"\x00" in data[:8192]:
+    if is_binary(data):
         raise UsageError(f"{path} looks binary (NUL bytes); only text files can be completed")
     try:
         return data.decode("utf-8")

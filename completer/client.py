@@ -94,6 +94,14 @@ def stop_reason(stop: StopText) -> str:
     return (stop.reason if isinstance(stop, TextStop) else None) or "stop"
 
 
+def accepted_count(text: str, accepted: bool, accepted_chars: int | None) -> int:
+    """Characters of a shown completion `text` the user kept (feedback): `accepted_chars` when the
+    editor said (a partial accept), else all of an accepted text and none of a rejected one;
+    within 0..len(text) whatever the editor sent."""
+    n = len(text) if accepted and accepted_chars is None else (accepted_chars or 0)
+    return max(0, min(n, len(text)))
+
+
 def prompt_budget(ctx: int, max_new: int, max_draft_len: int = 0) -> int:
     """Prompt tokens that leave room in a `ctx`-token context for `max_new` new tokens and one
     verify of `max_draft_len` drafts; never less than half the context (a long generation then

@@ -104,8 +104,10 @@ def encode(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
-def is_binary(text: str) -> bool:
-    return "\x00" in text[:8192]
+def is_binary(data: str | bytes) -> bool:
+    """The one binary-file rule (the CLI's file check, the gate, the parse, the workspace index):
+    a NUL in the first 8 KB, as git and grep decide."""
+    return ("\x00" if isinstance(data, str) else b"\x00") in data[:8192]
 
 
 def line_starts(text: str) -> list[int]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pygls.uris import to_fs_path
 
 from completer import config, errors
-from completer.client import EngineClient, EngineError
+from completer.client import EngineClient, EngineError, accepted_count
 from completer.config import needs_reload
 from completer.documents import Documents, PositionError, parser_count
 from completer.pipeline import complete_at, make_engine, prompt_for, warmup_at
@@ -444,8 +444,7 @@ class Service:
     # -- feedback and stats -------------------------------------------------------------------
     def feedback(self, uri: str, text: str, accepted: bool, accepted_chars: int | None) -> None:
         self.counters["accepted" if accepted else "rejected"] += 1
-        n = len(text) if accepted and accepted_chars is None else (accepted_chars or 0)
-        self.counters["accepted_chars"] += max(0, min(n, len(text)))
+        self.counters["accepted_chars"] += accepted_count(text, accepted, accepted_chars)
         if self.engine is not None:
             self._background(self.engine.feedback, uri, text, accepted, accepted_chars)
 

@@ -137,3 +137,10 @@ def test_snapshot_around_a_large_text():
     for off in (0, 1, 4095, 4096, 4097, 12_345, len(snap.text)):  # the block table vs encoding the prefix
         b = len(snap.text[:off].encode("utf-8", "surrogatepass"))
         assert snap.byte_at(off) == b and snap.char_at(b) == off
+
+
+def test_one_binary_rule_for_bytes_and_text():
+    from completer.documents import is_binary
+
+    for data in ("abc\x00def", "x" * 8000 + "\x00", "plain", "x" * 9000 + "\x00"):
+        assert is_binary(data) == is_binary(data.encode()) == ("\x00" in data[:8192])

@@ -1,6 +1,6 @@
 """`pip install` off Linux: the dependency set (with the quant extra) resolves to wheels for macOS
-arm64 and Windows x86-64 (a download resolution by pip against PyPI, nothing installed), and the modes whose packages a
-platform may lack say which package to install, while the rest works without them.
+arm64 and Windows x86-64 (a download resolution by pip against the package index it is configured
+with, nothing installed), and the modes whose packages a platform may lack say which package to install, while the rest works without them.
 
 pip's `--platform` chooses wheel tags but evaluates environment markers against the running
 interpreter (so torch's Linux-only CUDA dependencies would be asked for on macOS); the resolver
@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -44,18 +43,21 @@ def project() -> dict:
     return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 
 
-def pypi_reachable() -> bool:
-    try:
-        with urllib.request.urlopen("https://pypi.org/simple/pip/", timeout=10) as r:
-            return r.status == 200
-    except OSError:
-        return False
+def index_serves(name: str, version: str) -> bool:
+    """Whether the package index pip is configured with (its index-url, a mirror, extra indexes)
+    answers and lists `version` of `name`: asked through pip itself, so the test works behind
+    any mirror."""
+    r = subprocess.run([sys.executable, "-m", "pip", "index", "versions", name, "--retries", "0", "--timeout", "20"],
+                       capture_output=True, text=True, timeout=120, check=False)
+    listed = next((ln.split(":", 1)[1] for ln in r.stdout.splitlines() if ln.startswith("Available versions:")), "")
+    return r.returncode == 0 and version in [v.strip() for v in listed.split(",")]
 
 
 @pytest.mark.parametrize("name", sorted(PLATFORMS))
 def test_dependencies_resolve_to_wheels(name, tmp_path):
-    if not pypi_reachable():
-        pytest.skip("PyPI is unreachable: the resolution needs https://pypi.org")
+    pin = names(project()["dependencies"])["torch"].split("==")[1]
+    if not index_serves("torch", pin):
+        pytest.skip(f"the configured package index does not answer with torch {pin} (pip index versions torch)")
     platform, env = PLATFORMS[name]
     env = {**env, "python_version": "3.11", "python_full_version": "3.11.9",
            "implementation_name": "cpython", "platform_python_implementation": "CPython"}
@@ -69,7 +71,7 @@ def test_dependencies_resolve_to_wheels(name, tmp_path):
         capture_output=True, text=True, timeout=600, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     got = {i["metadata"]["name"].lower(): i for i in json.loads(report.read_text())["install"]}
-    assert got["torch"]["metadata"]["version"] == "2.13.0"
+    assert got["torch"]["metadata"]["version"] == pin
     wheels = [i["download_info"]["url"].rsplit("/", 1)[-1] for i in got.values()]
     assert all(w.endswith(".whl") for w in wheels), wheels
     tag = platform.split("_")[0]  # macosx | win
@@ -167,3 +169,17 @@ def test_remote_tests_skip_cleanly_without_llama_server(tmp_path):
     assert "skipped" in summary and "error" not in summary and "failed" not in summary, summary
     skips = [ln for ln in r.stdout.splitlines() if ln.startswith("SKIPPED")]
     assert skips and all(".ci/llamacpp.sh" in ln for ln in skips), skips
+
+
+def test_the_readme_and_the_tests_reach_no_registry_by_url():
+    """Every URL the README or a test names is loopback, a documentation address (RFC 2606's
+    .example, RFC 5737's 203.0.113.0/24) or a placeholder: a package index or a download host is
+    what pip is configured with, never written here."""
+    host = re.compile(r"(?:https?|wss?)://([^\s/`'\")]+)")
+    texts = [REPO / "README.md", *sorted((REPO / "tests").glob("*.py"))]
+    named = {(p.name, m.group(1)) for p in texts for m in host.finditer(p.read_text(encoding="utf-8"))}
+    loopback = re.compile(r"(127\.0\.0\.1|localhost|\[::1\])(:[\w{}\[\]().,]*)?$")
+    placeholder = lambda h: h.startswith(("203.0.113.", "HOST:")) or not re.match(r"[\w.]", h) or "{" in h
+    other = [(f, h) for f, h in named
+             if not (loopback.match(h) or h.split(":")[0].endswith(".example") or placeholder(h) or h == "…")]
+    assert not other, other

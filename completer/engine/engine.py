@@ -23,7 +23,7 @@ import torch
 
 from draft_models import DEFAULT_DIR
 
-from ..client import Chunk, Completion, EngineError, StopText, prompt_budget, stop_reason
+from ..client import Chunk, Completion, EngineError, StopText, accepted_count, prompt_budget, stop_reason
 from ..config import OPTIONS, EngineConfig
 from ..fim import FimFormat
 from .batch import Via
@@ -414,9 +414,8 @@ class Engine:
 
     def feedback(self, doc_key: str, text: str, accepted: bool, accepted_chars: int | None = None) -> None:
         """Counted for stats and /metrics; acceptance does not steer decoding (yet)."""
-        n = len(text) if accepted and accepted_chars is None else (accepted_chars or 0)
         self._count(**{"feedback_accepted" if accepted else "feedback_rejected": 1},
-                    feedback_accepted_chars=max(0, min(n, len(text))))
+                    feedback_accepted_chars=accepted_count(text, accepted, accepted_chars))
 
     def close(self) -> None:
         """Free every document's cache (the engine stays usable)."""
