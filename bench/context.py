@@ -452,7 +452,7 @@ def exact(a, roots: list[Path]) -> dict:
             for arm, kw in (("without", {}), ("with", {"workspace": ix, "path": str(root / site["path"])})):
                 c = complete_at(engine, doc, site["cut"], language="python", doc_key=f"{arm}:{site['path']}",
                                 options=opts, **kw)
-                cross = [x for x in c.extra.get("context", []) if x["kind"] in CROSS]
+                cross = [x for x in (c.syntax.context if c.syntax is not None else []) if x["kind"] in CROSS]
                 rows.append({"package": root.name, "site": k, "path": site["path"], "arm": arm,
                              "middle": hole["middle"], "text": c.text, "ms": c.total_ms, **score(hole, c.text),
                              "cross_tokens": sum(x["tokens"] for x in cross),

@@ -143,8 +143,8 @@ def repeats(insert: str) -> bool:
 
 
 def variant(hole: dict, comp, ms: float) -> dict:
-    return {"text": comp.text, "gate": comp.extra.get("gate"), "prompt_tokens": comp.prompt_tokens,
-            "tokens_saved": comp.extra.get("tokens_saved", 0), "new_tokens": comp.new_tokens,
+    return {"text": comp.text, "gate": comp.syntax.gate if comp.syntax else None, "prompt_tokens": comp.prompt_tokens,
+            "tokens_saved": comp.syntax.tokens_saved if comp.syntax else 0, "new_tokens": comp.new_tokens,
             "stop_reason": comp.stop_reason, "ms": ms, **score(hole, comp.text),
             "degenerate": bool(comp.text.strip()) and is_degenerate(hole, comp.text),
             "repeats": bool(comp.text.strip()) and repeats(comp.text)}

@@ -112,10 +112,14 @@ def _complete_file(a: argparse.Namespace, r: config.Resolved) -> int:
         index.build()
     c = complete_at(engine, text, (a.line, a.col), language=language, doc_key=str(Path(a.path).resolve()),
                     options=opts, workspace=index, path=str(Path(a.path).resolve()))
-    if a.json:
+    if a.json:  # `dropped` names the rule and the raw text when nothing is left to show
         print(json.dumps(c.to_json()))
     else:
         print(c.text)
+        if not c.text.strip():
+            why = (c.syntax.why_empty() if c.syntax is not None else None) or \
+                f"the model generated nothing (it stopped: {c.stop_reason or 'unknown'})"
+            print(f"completer: no completion: {why}", file=sys.stderr)
     engine.close()
     return 0
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from .syntax.decision import SyntaxDecision
 
 ERROR_CODES = ("unavailable", "unauthorized", "overloaded", "bad_request", "not_ready", "model", "internal")
 
@@ -33,8 +36,9 @@ class EngineError(Exception):
 @dataclass
 class Completion:
     """One completion, flat: what every engine returns and every caller prints or sends.
-    Engine-specific numbers (proposals by source, queue time, cached tokens...) go in `extra`
-    and are merged into `to_json()` at the top level."""
+    Engine-specific numbers (proposals by source, queue time, cached tokens...) go in `extra`;
+    the syntax layer's decisions (the pipeline's results) in `syntax`, a typed record. Both are
+    merged into `to_json()` at the top level."""
     text: str
     new_tokens: int = 0
     target_forwards: int = 0          # verify steps (the prefill not counted)
@@ -47,12 +51,13 @@ class Completion:
     stop_reason: str = ""             # eos | length | stop | degenerate | cancelled | superseded | ...
     token_ids: list[int] = field(default_factory=list)  # empty when the engine does not say
     extra: dict = field(default_factory=dict)
+    syntax: SyntaxDecision | None = None
 
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in _FIELDS}
         out["accepted_per_forward"] = round(self.accepted_per_forward, 4)
         out["ttft_ms"], out["total_ms"] = round(self.ttft_ms, 3), round(self.total_ms, 3)
-        return {**out, **self.extra}
+        return {**out, **self.extra, **(self.syntax.to_json() if self.syntax is not None else {})}
 
     @classmethod
     def from_json(cls, d: dict) -> Completion:

@@ -14,7 +14,7 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,9 +29,20 @@ from .documents import (
     snapshot_around,
 )
 from .fim import render_extra
-from .syntax import Context, Mode, SyntaxOptions, gate, make_stop, node_kind, postprocess, select_context
+from .syntax import (
+    Context,
+    Mode,
+    Post,
+    SyntaxOptions,
+    gate,
+    make_stop,
+    node_kind,
+    postprocess,
+    select_context,
+)
 from .syntax.context import MAX_CHARS_PER_TOKEN, enclosing_definition
 from .syntax.deadline import NEVER, Deadline
+from .syntax.decision import Dropped, SyntaxDecision
 from .syntax.stream import Stream
 
 if TYPE_CHECKING:
@@ -186,12 +197,10 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
     snap, offset, start, first_line = _locate(engine, text, position, language, options)
     decision, prompt = prompt_for(engine, snap, offset, options, deadline, workspace=workspace, path=path,
                                   extra=extra, first_line=first_line)
-    syntax: dict = {"gate": decision.mode.value, "gate_reason": decision.reason, "node_kind": None,
-                    "language": snap.language or "plaintext"}
+    gated = SyntaxDecision(snap.language or "plaintext", decision.mode.value, decision.reason)
     if prompt is None:
         ms = round((time.perf_counter() - t0) * 1e3, 3)
-        return Completion("", total_ms=ms, stop_reason="gated",
-                          extra={**syntax, "syntax_ms": ms, "syntax_skipped": [], "context": []})
+        return Completion("", total_ms=ms, stop_reason="gated", syntax=replace(gated, syntax_ms=ms))
     ctx = prompt.window
     stop = make_stop(snap, offset, decision.mode, options.syntax)
     t1 = time.perf_counter()
@@ -210,16 +219,26 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
     if shown is not None:
         post = shown.settle(post)
     t3 = time.perf_counter()
-    comp.extra.update(syntax, node_kind=kind, context_tokens=ctx.tokens, raw_context_tokens=ctx.raw_tokens,
-                      tokens_saved=ctx.saved, spans=[(s.kind, s.start + start, s.end + start) for s in ctx.spans],
-                      syntax_skipped=list(ctx.skipped + post.skipped),
-                      context=[e.as_dict() for e in prompt.context],
-                      raw_text=raw, postprocess=post.reason, parse_errors_before=post.errors_before,
-                      parse_errors_after=post.errors_after, syntax_ms=round((t1 - t0) * 1e3, 3),
-                      engine_total_ms=round((t2 - t1) * 1e3, 3), postprocess_ms=round((t3 - t2) * 1e3, 3))
+    comp.syntax = replace(
+        gated, node_kind=kind, context_tokens=ctx.tokens, raw_context_tokens=ctx.raw_tokens, tokens_saved=ctx.saved,
+        spans=tuple((s.kind, s.start + start, s.end + start) for s in ctx.spans),
+        context=tuple(e.as_dict() for e in prompt.context), skipped=ctx.skipped + post.skipped, raw_text=raw,
+        postprocess=post.reason, parse_errors_before=post.errors_before, parse_errors_after=post.errors_after,
+        dropped=_dropped(stop.generated, raw if cut is None else raw[:cut], stop.reason, post), syntax_ms=round((t1 - t0) * 1e3, 3),
+        engine_total_ms=round((t2 - t1) * 1e3, 3), postprocess_ms=round((t3 - t2) * 1e3, 3))
     comp.text = post.text
     comp.total_ms = (t3 - t0) * 1e3
     return comp
+
+
+def _dropped(generated: str, kept: str, stop_reason: str | None, post: Post) -> Dropped | None:
+    """Which rule left nothing to show of a generated completion: the stop (degenerate or syntax)
+    when it kept nothing, else post-processing; None when something shows or nothing was generated."""
+    if not generated or post.text.strip():
+        return None
+    if not kept.strip():
+        return Dropped(stop_reason or "syntax", generated)
+    return Dropped(post.reason or "empty", generated)
 
 
 def warmup_at(engine: EngineClient, text: str | Snapshot, position: int | tuple[int, int], *, doc_key: str,

@@ -426,7 +426,7 @@ class Service:
             self.counters["superseded"] += 1
             return None
         self._served()
-        self.gates[result.extra.get("gate_reason")] += 1
+        self.gates[result.syntax.gate_reason if result.syntax is not None else None] += 1
         self.latency_ms.append(result.total_ms)
         if not result.text:
             self.counters["empty"] += 1

@@ -228,7 +228,7 @@ class _FakeOpenAI(threading.Thread):
     """An OpenAI-compatible /v1 on 127.0.0.1 that keeps every prompt it is sent and answers a
     fixed completion, streamed (no /tokenize: the client estimates)."""
 
-    def __init__(self):
+    def __init__(self, reply: str = "xs, 2)"):
         super().__init__(daemon=True)
         prompts = self.prompts = []
 
@@ -253,7 +253,7 @@ class _FakeOpenAI(threading.Thread):
                 if self.path != "/v1/completions":
                     return self._send(404, b"{}")
                 prompts.append(body["prompt"])
-                ev = {"choices": [{"text": "xs, 2)", "finish_reason": "stop"}],
+                ev = {"choices": [{"text": reply, "finish_reason": "stop"}],
                       "usage": {"prompt_tokens": 100, "completion_tokens": 3}}
                 self._send(200, f"data: {json.dumps(ev)}\n\ndata: [DONE]\n\n".encode(), "text/event-stream")
 
@@ -288,3 +288,27 @@ def test_a_definition_from_another_file_is_in_the_context_and_the_prompt(tmp_pat
     assert "def scale_all(values, factor):" in fake.prompts[0] and "unrelated" not in fake.prompts[0]
     assert "scale_all(values" not in fake.prompts[1]
     assert [c["path"] for c in json.loads(off.stdout)["context"]] == ["main.py", "main.py"]
+
+
+def test_a_completion_that_shows_nothing_says_why(tmp_path):
+    """The engine's whole reply is dropped (blank lines: the degenerate rule): --json names the
+    rule and the raw text; the plain output prints nothing and says why on stderr; so does a
+    position the gate turns down, without asking the engine."""
+    (tmp_path / "a.py").write_text("def f(w, h):\n    \n\n\ndef g():\n    pass\n")
+    fake = _FakeOpenAI(reply="\n\n\n\n\n\n\n\n")
+    fake.start()
+    try:
+        engine = ["--engine", f"openai:http://127.0.0.1:{fake.server.server_address[1]}/v1"]
+        js = run("complete", str(tmp_path / "a.py"), "--line", "1", "--col", "4", "--json", *engine)
+        plain = run("complete", str(tmp_path / "a.py"), "--line", "1", "--col", "4", *engine)
+        gated = run("complete", str(tmp_path / "a.py"), "--line", "0", "--col", "2", *engine)
+    finally:
+        fake.server.shutdown()
+    assert js.returncode == plain.returncode == gated.returncode == 0, js.stderr + plain.stderr + gated.stderr
+    out = json.loads(js.stdout)
+    assert out["text"] == "" and out["dropped"]["rule"] == "degenerate"
+    assert out["dropped"]["text"].startswith("\n\n") and "\n\n\n\n\n\n\n\n".startswith(out["dropped"]["text"])
+    assert plain.stdout.strip() == "" and "Traceback" not in plain.stderr
+    assert plain.stderr.strip().startswith("completer: no completion: the degenerate rule dropped")
+    assert gated.stderr.strip() == "completer: no completion: gated off (inside an identifier)"
+    assert len(fake.prompts) == 2  # the gated position never reached the engine

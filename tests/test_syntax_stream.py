@@ -81,7 +81,7 @@ def test_every_streamed_prefix_is_a_prefix_of_the_final_text():
         for delta in seen:
             shown += delta
             assert r.text.startswith(shown), (name, shown, r.text)
-        if KEPT_SHOWN in r.extra.get("postprocess", ""):
+        if KEPT_SHOWN in r.syntax.postprocess:
             kept.append(name)
         total += 1
         streamed += bool(shown)

@@ -86,15 +86,19 @@ ECHO_CHARS = 4096
 
 class Stop(TextStop):
     """`stop(text) -> int | None` for Engine.complete: the syntax stop, and the degenerate stop
-    judging what the syntax stop would keep. `reason` says which fired first."""
+    judging what the syntax stop would keep. `reason` says which fired first; `generated` keeps
+    the text it was last asked about in full (an engine returns only what the stop kept)."""
 
     def __init__(self, rule: StopRule, head: str, prev: str, seen: str, degenerate_stop: bool = True):
         self.rule, self.head, self.prev, self.seen = rule, head, prev, seen
         self.degenerate_stop = degenerate_stop and rule.mode is not Mode.EMPTY
         self.reason: str | None = None
         self.degenerate: degenerate.Degenerate | None = None
+        self.generated = ""  # the longest text judged: what was generated before the stop cut it
 
     def __call__(self, text: str) -> int | None:
+        if len(text) > len(self.generated):
+            self.generated = text
         cut = stop_at(self.rule, text)
         kept = text if cut is None else text[:cut]
         d = degenerate.find(kept, self.head, self.prev, self.seen) if self.degenerate_stop else None
