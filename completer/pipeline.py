@@ -3,8 +3,9 @@ torch: gate → context → engine.complete (with the in-loop syntax stop) → p
 
 The engine is any `completer.client.EngineClient`: the in-process `Engine` or a remote engine.
 `make_engine` builds one from the option names the CLI and the LSP share. Every result is the one
-flat `Completion`; the syntax layer's decisions go in its `extra`, with the optional checks its
-deadline made it skip (`syntax_skipped`). A text that is not an open document is parsed only
+flat `Completion`; the syntax layer's decisions are its typed `syntax` record (syntax/decision.py:
+the gate, the prompt's context, post-processing, the checks its deadline made it skip, the rule
+that dropped a completion that shows nothing). A text that is not an open document is parsed only
 around the cursor (`documents.snapshot_around`): the syntax stage costs the same for any size.
 """
 from __future__ import annotations
