@@ -47,8 +47,8 @@ def resolve(a: argparse.Namespace, scopes: tuple[str, ...], project_start) -> co
         cli["temperature"] = 0.0
     if getattr(a, "no_speculative", False):
         cli["drafter"] = "none"
-    if "token" in config.OPTIONS and "token" not in cli and os.environ.get("COMPLETER_TOKEN") and "serve" in scopes:
-        cli["token"] = os.environ["COMPLETER_TOKEN"]
+    if "token" in config.OPTIONS and "token" not in cli and config.env("COMPLETER_TOKEN") and "serve" in scopes:
+        cli["token"] = config.env("COMPLETER_TOKEN")
     layers, warnings = config.file_layers(project_start)
     r = config.resolve([*layers, config.Layer("command line", cli, "cli")], scopes)
     withheld = r.engine_key()[1] if "client" in scopes else None
@@ -148,6 +148,9 @@ def cmd_options(a: argparse.Namespace) -> int:
         return 0
     print_columns([(o.name, o.scope, config.show(o, o.default), o.meta["help"])
                    for o in config.OPTIONS.values() if o.scope in scopes])
+    if a.scope is None:
+        print("\nenvironment variables:")
+        print_columns(list(config.ENVIRONMENT.items()))
     return 0
 
 

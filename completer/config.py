@@ -296,7 +296,7 @@ class Resolved:
     def build(self, cls: type):
         return cls(**{f.name: self.values[f.name] for f in fields(cls)})
 
-    def engine_key(self, env: Mapping[str, str] = os.environ) -> tuple[str | None, str | None]:
+    def engine_key(self, environ: Mapping[str, str] = os.environ) -> tuple[str | None, str | None]:
         """(the key to send to `engine`, a warning when a configured key is withheld).
 
         A key is sent only to the engine URL it was configured with: `engine_api_key` when it
@@ -315,13 +315,13 @@ class Resolved:
                           f"({self.sources['engine']}): a key goes only to the engine set beside it")
         names = ("COMPLETER_API_KEY", "COMPLETER_TOKEN") if engine.startswith(("ws://", "wss://")) else \
             ("COMPLETER_API_KEY",)
-        name = next((n for n in names if env.get(n)), None)
+        name = next((n for n in names if env(n, environ)), None)
         if name is None:
             return None, None
         if where == "project":
             return None, (f"{name} is not sent to the engine {engine} set in {self.sources['engine']}: put "
                           "engine_api_key beside it, or set engine in your own config")
-        return env[name], None
+        return env(name, environ), None
 
 
 def resolve(layers: Iterable[Layer], scopes: Iterable[str] = SCOPES) -> Resolved:
@@ -434,12 +434,29 @@ def _none_or(t: Callable) -> Callable:
     return lambda s: None if s.lower() in ("", "none") else t(s)
 
 
+# The environment variables completer reads: all read here (`env`), listed by `completer options`.
+# (Variables we set for libraries, TOKENIZERS_PARALLELISM and the like, are not read.)
+ENVIRONMENT = {
+    "COMPLETER_TOKEN": "auth token of `completer serve` and the language server's TCP/WebSocket transports when "
+                       "--token is not given; sent to a ws:// engine when no key is configured",
+    "COMPLETER_API_KEY": "API key for a remote engine when engine_api_key is not set beside the engine",
+    "XDG_CONFIG_HOME": "the user config file is $XDG_CONFIG_HOME/completer/config.toml (default ~/.config)",
+}
+
+
+def env(name: str, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The value of ENVIRONMENT's variable `name`, None when unset or empty."""
+    if name not in ENVIRONMENT:
+        raise KeyError(f"{name} is not in config.ENVIRONMENT")
+    return environ.get(name) or None
+
+
 def from_args(ns: argparse.Namespace, scopes: Iterable[str] = SCOPES) -> dict[str, Any]:
     return {n: getattr(ns, n) for n, o in OPTIONS.items() if o.scope in set(scopes) and hasattr(ns, n)}
 
 
 def user_config_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    base = env("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "completer" / "config.toml"
 
 

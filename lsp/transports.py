@@ -9,7 +9,6 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import re
 import sys
 import weakref
@@ -277,8 +276,8 @@ def network_options(a: argparse.Namespace) -> config.ServeConfig:
     line when the host is not loopback and there is no token. Config files are not read: a
     listener's reach is decided where it is started."""
     flags = config.from_args(a, ("serve",))
-    if "token" not in flags and os.environ.get("COMPLETER_TOKEN"):
-        flags["token"] = os.environ["COMPLETER_TOKEN"]
+    if "token" not in flags and config.env("COMPLETER_TOKEN"):
+        flags["token"] = config.env("COMPLETER_TOKEN")
     r = config.resolve([config.Layer("command line", flags, "cli")], ("serve",))
     for w in r.warnings:
         print(f"completer-lsp: warning: {w}", file=sys.stderr)

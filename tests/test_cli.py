@@ -168,11 +168,14 @@ def test_columns_stay_aligned_with_long_values():
     # the source column starts at the same offset on every line
     starts = {ln.rindex("command line") if ln.endswith("command line") else ln.rindex("  ") + 2 for ln in lines}
     assert len(starts) == 1, starts
-    lines = run("options").stdout.splitlines()
+    options, environment = run("options").stdout.split("\n\nenvironment variables:\n")
     from completer import config
 
+    lines = options.splitlines()
     helps = [config.OPTIONS[ln.split()[0]].meta["help"] for ln in lines]
     assert len({ln.index(h) for ln, h in zip(lines, helps)}) == 1
+    lines = environment.splitlines()
+    assert len({ln.index(config.ENVIRONMENT[ln.split()[0]]) for ln in lines}) == 1 and len(lines) == len(config.ENVIRONMENT)
 
 
 def test_the_main_job_imports_neither_triton_nor_transformers():

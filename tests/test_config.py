@@ -112,3 +112,28 @@ def test_a_ws_engine_takes_the_env_token_too():
     assert r.engine_key({"COMPLETER_TOKEN": "t"}) == ("t", None)
     assert r.engine_key({"COMPLETER_API_KEY": "a", "COMPLETER_TOKEN": "t"}) == ("a", None)
     assert config.resolve([], ("client",)).engine_key({"COMPLETER_API_KEY": "a"}) == (None, None)  # no engine
+
+
+def test_the_environment_is_read_in_config_only_and_listed():
+    """Every environment variable completer reads goes through config.env (ENVIRONMENT), and
+    `completer options` lists them; setting one for a library (setdefault) is not a read."""
+    import ast
+
+    root = ROOT
+    reads = []
+    for f in [*(root / "completer").rglob("*.py"), *(root / "lsp").rglob("*.py")]:
+        if f == root / "completer" / "config.py":
+            continue
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        sets = {id(n.func.value) for n in ast.walk(tree) if isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute) and n.func.attr == "setdefault"}
+        reads += [f"{f.relative_to(root)}:{n.lineno}" for n in ast.walk(tree)
+                  if isinstance(n, ast.Attribute) and n.attr in ("environ", "getenv") and id(n) not in sets]
+    assert not reads, reads
+    with pytest.raises(KeyError):
+        config.env("SOME_UNLISTED")
+    assert config.env("COMPLETER_TOKEN", {"COMPLETER_TOKEN": ""}) is None
+    out = subprocess.run([sys.executable, "-m", "completer.cli", "options"], capture_output=True, text=True,
+                         cwd=root, timeout=120, check=True).stdout
+    listed = out.split("environment variables:")[1]
+    assert all(name in listed for name in config.ENVIRONMENT)

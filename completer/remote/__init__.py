@@ -12,12 +12,12 @@ light.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 from ..client import EngineClient, EngineError
+from ..config import env
 from .typethrough import TypeThrough
 
 SCHEMES = "ws://HOST:PORT, wss://HOST:PORT, llamacpp:http://HOST:PORT or openai:http(s)://HOST:PORT/v1"
@@ -43,10 +43,10 @@ def connect(url: str, *, token: str | None = None, api_key: str | None = None, m
     if url.startswith(("ws://", "wss://")) and urlsplit(url).hostname:
         from .ws import WsEngine
 
-        client = WsEngine(url, token if token is not None else os.environ.get("COMPLETER_TOKEN"),
+        client = WsEngine(url, token if token is not None else env("COMPLETER_TOKEN"),
                           timeout_ms=timeout_ms, retries=retries)
     elif kind in ("llamacpp", "openai") and rest.startswith(("http://", "https://")):
-        key = api_key if api_key is not None else os.environ.get("COMPLETER_API_KEY")
+        key = api_key if api_key is not None else env("COMPLETER_API_KEY")
         if kind == "llamacpp":
             from .llamacpp import LlamaCpp
 
