@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 # folder → the name it is imported as (pyproject's package-dir: kernels/ is completer_kernels)
 PACKAGES = {"lsp": "lsp", "completer": "completer", "kernels": "completer_kernels", "draft_models": "draft_models"}
@@ -27,8 +29,7 @@ def modules() -> dict[str, Path]:
 def test_pyproject_lists_every_package_under_its_import_name():
     """pyproject lists the packages (a mapped name is not found by packages.find): every folder
     with an __init__.py, none twice, none missing."""
-    import tomllib
-
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python >= 3.11's tomllib")
     st = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     found = {".".join([PACKAGES[f.relative_to(ROOT).parts[0]], *f.relative_to(ROOT).parent.parts[1:]])
              for folder in PACKAGES for f in (ROOT / folder).rglob("__init__.py")}

@@ -91,7 +91,7 @@ def test_one_mb_line_through_the_cli(tmp_path):
     r = json.loads(out.stdout)
     print(f"1 MB line, CLI: {time.perf_counter() - t0:.1f} s wall (models included), total_ms {r['total_ms']}, "
           f"syntax_ms {r['syntax_ms']}, postprocess_ms {r.get('postprocess_ms')}, skipped {r['syntax_skipped']}")
-    assert r["gate"] == "multi_line" and isinstance(r["syntax_skipped"], list)
+    assert r["gate"] == "multi_line" and set(r["syntax_skipped"]) <= {"header", "parse_check"}
     prefix = next(s for s in r["spans"] if s[0] == "prefix")
     assert prefix[1] > 0 and prefix[2] == len(src)  # offsets in the whole file, not in the parsed window
 

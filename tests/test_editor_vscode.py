@@ -14,7 +14,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-import pytest
+from test_editor_web import missing
 
 EXT = Path(__file__).resolve().parents[1] / "editor-plugin" / "vscode"
 NVIM_INIT = EXT.parent / "nvim" / "lua" / "completer" / "init.lua"
@@ -24,10 +24,11 @@ NPM = shutil.which("npm")
 
 
 def needs_node_modules():
+    """npm and the extension's node_modules: .ci/run installs both (a failure under CI=1)."""
     if NPM is None:
-        pytest.skip("npm not installed")
+        missing("npm not installed")
     if not (EXT / "node_modules" / "vscode-languageclient").is_dir():
-        pytest.skip("dependencies not installed: run `npm ci` in editor-plugin/vscode")
+        missing("dependencies not installed: run `npm ci` in editor-plugin/vscode")
 
 
 def manifest() -> dict:
@@ -108,7 +109,7 @@ def test_untrusted_workspaces_restrict_what_the_schema_marks_trust():
 def test_generated_settings_are_up_to_date(tmp_path):
     """Running the generator on a copy changes nothing: the committed output is current."""
     if shutil.which("node") is None:
-        pytest.skip("node not installed")
+        missing("node not installed")
     copy = tmp_path / "vscode"
     for rel in ("package.json", "src/schema.json", "scripts/gen-settings.mjs"):
         (copy / rel).parent.mkdir(parents=True, exist_ok=True)
