@@ -54,7 +54,11 @@ def query(language: str, name: str) -> Query | None:
 
 
 def captures(snap: Snapshot, name: str, lo: int, hi: int) -> dict[str, list[Node]]:
-    """Captures of query `name` over byte range [lo, hi) of the snapshot's tree."""
+    """Captures of query `name` over byte range [lo, hi) of the snapshot's tree, each list in
+    document order. tree-sitter 0.26 returns a capture's nodes in an order that can change
+    between two parses of the same text; the header packs imports greedily in this order, so an
+    unsorted list made the prompt differ at every keystroke (bench/context.py --lsp: 190 prompt
+    tokens recomputed per keystroke at p50, 1 once sorted)."""
     if snap.tree is None or snap.language is None:
         return {}
     q = query(snap.language, name)
@@ -62,7 +66,8 @@ def captures(snap: Snapshot, name: str, lo: int, hi: int) -> dict[str, list[Node
         return {}
     qc = QueryCursor(q)
     qc.set_byte_range(max(lo, 0), max(hi, lo, 0))
-    return qc.captures(snap.tree.root_node)
+    return {k: sorted(v, key=lambda n: (n.start_byte, n.end_byte))
+            for k, v in qc.captures(snap.tree.root_node).items()}
 
 
 def node_at(snap: Snapshot, byte: int) -> Node | None:
