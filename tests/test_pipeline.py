@@ -137,6 +137,9 @@ def test_a_large_text_is_parsed_around_the_cursor_and_spans_stay_in_its_offsets(
     assert r.text == "return w * h"
     spans = {k: (a, b) for k, a, b in r.syntax.spans}
     assert spans["prefix"][1] == off and src[spans["prefix"][0]:off] == eng.calls[-1]["prefix"][-(off - spans["prefix"][0]):]
+    # the context's lines are the whole file's too
+    prefix = next(e for e in r.syntax.context if e["kind"] == "prefix")
+    assert prefix["end_line"] == src[:off].count("\n") and prefix["start_line"] == src[:spans["prefix"][0]].count("\n")
 
 
 def test_positions_and_warmup():
