@@ -146,6 +146,7 @@ def variant(hole: dict, comp, ms: float) -> dict:
     return {"text": comp.text, "gate": comp.syntax.gate if comp.syntax else None, "prompt_tokens": comp.prompt_tokens,
             "tokens_saved": comp.syntax.tokens_saved if comp.syntax else 0, "new_tokens": comp.new_tokens,
             "stop_reason": comp.stop_reason, "ms": ms, **score(hole, comp.text),
+            "dropped_by": comp.syntax.dropped.rule if comp.syntax and comp.syntax.dropped else None,
             "degenerate": bool(comp.text.strip()) and is_degenerate(hole, comp.text),
             "repeats": bool(comp.text.strip()) and repeats(comp.text)}
 
@@ -194,6 +195,8 @@ def summarize(rows: list[dict], kind: str, variants: list[str]) -> dict:
             "degenerate_%": pct(nonempty, "degenerate"), "repeats_%": pct(nonempty, "repeats"),
             "decode_tokens": sum(x["new_tokens"] for x in v),
             "wasted_tokens": sum(x["new_tokens"] for x in v if x["empty"]),  # decoded, then nothing shown
+            "wasted_by_rule": {r: sum(x["new_tokens"] for x in v if x.get("dropped_by") == r)
+                               for r in sorted({x["dropped_by"] for x in v if x.get("dropped_by")})},
             "prompt_tokens_mean": round(statistics.fmean(x["prompt_tokens"] for x in v), 1) if v else 0.0,
             "latency_ms_p50": round(statistics.median(x["ms"] for x in v), 1) if v else 0.0}
     return out
@@ -209,6 +212,9 @@ def print_table(report: dict) -> None:
     for kind, s in report["summary"].items():
         for name in report["variants"]:
             print(f"{kind:6} {name:9} " + " ".join(f"{s[name][c]:>13}" for c in cols))
+    wasted = report["summary"]["all"]
+    print("wasted tokens by the rule that dropped the completion: " + "; ".join(
+        f"{name} {wasted[name]['wasted_by_rule']}" for name in report["variants"] if wasted[name]["wasted_by_rule"]))
 
 
 def plot(report: dict, path: Path) -> bool:
