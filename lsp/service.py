@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import inspect
 import logging
 import statistics
 import threading
@@ -39,9 +38,6 @@ MAX_OPEN_DOCUMENTS = 2000
 MAX_PARSED_DOCUMENTS = 64
 Say = Callable[[str, str], None]  # (level: "error" | "warning" | "info", text) → the user
 Progress = Callable[[int, str], None]  # (percent, stage); called on the engine thread
-# Interim, until completer.pipeline takes the index (its owner is adding `workspace=`, issue 22):
-# the index is built and kept current meanwhile, and completions go on without cross-file context.
-PIPELINE_TAKES_INDEX = "workspace" in inspect.signature(complete_at).parameters
 IndexProgress = Callable[[str, int, str], None]  # (begin | report | end, files, message); the index's thread
 
 
@@ -351,7 +347,7 @@ class Service:
 
     def _workspace_for(self, uri: str) -> dict:
         """The pipeline's arguments for cross-file context in this document (none without an index)."""
-        if self.index is None or not PIPELINE_TAKES_INDEX or not (path := _path(uri)):
+        if self.index is None or not (path := _path(uri)):
             return {}
         return {"workspace": self.index, "path": path}
 

@@ -13,7 +13,7 @@ import pytest_lsp
 from lsprotocol import types as t
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient, client_capabilities
-from test_lsp import SERVER, _inline, _tiny_options
+from test_lsp import SERVER, _inline, _tiny_options, _type
 
 UTIL = '''"""Helpers."""
 
@@ -151,7 +151,50 @@ async def test_unreadable_files_and_symlink_loops_still_complete(client: Languag
 
 
 
-async def _context(client: LanguageClient, uri: str, line: int, ch: int) -> list | None:
+async def _context(client: LanguageClient, uri: str, line: int, ch: int) -> list:
     got = await client.protocol.send_request_async("completer/context", {
         "textDocument": {"uri": uri}, "position": {"line": line, "character": ch}})
     return got.context
+
+
+@pytest.mark.asyncio
+async def test_the_other_files_definition_is_in_the_context_and_stays_while_typing(
+        client: LanguageClient, tiny_pair, tmp_path):
+    root = _workspace(tmp_path)
+    await _start(client, root, _tiny_options(tiny_pair, max_new_tokens=2, type_through=False))
+    await _indexed(client)
+    uri = (root / "main.py").as_uri()
+    _open(client, root / "main.py", MAIN)
+    context = await _context(client, uri, 4, 19)
+    cross = [(c.kind, c.path, c.start_line, c.end_line, c.tokens) for c in context if c.path != "main.py"]
+    assert ("definition", "pkg/util.py") in {c[:2] for c in cross}, context
+    scale = next(c for c in cross if c[1] == "pkg/util.py")
+    assert scale[2] <= UTIL.splitlines().index("def scale_all(values, factor):") <= scale[3] and scale[4] > 0
+    assert {c.kind for c in context if c.path == "main.py"} >= {"prefix"}  # the cursor file's own windows
+
+    await client.text_document_inline_completion_async(_inline(4, 19, uri))
+    before = await client.protocol.send_request_async("completer/stats", {})
+    for version, ch in enumerate("xs", start=2):  # keystrokes inside the call: the same definitions
+        col = 19 + version - 2
+        _type(client, 4, col, ch, version, uri)
+        assert [(c.kind, c.path, c.start_line, c.end_line, c.tokens) for c in await _context(client, uri, 4, col + 1)
+                if c.path != "main.py"] == cross
+    await client.text_document_inline_completion_async(_inline(4, 21, uri))
+    after = await client.protocol.send_request_async("completer/stats", {})
+    # the cross-file block goes first and did not change: only the typed tokens (and the ones the
+    # last completion generated past them) are prefilled again
+    assert after.engine_stats.requests == before.engine_stats.requests + 1
+    assert after.engine_stats.prefill_tokens - before.engine_stats.prefill_tokens <= 8
+    assert after.engine_stats.tokens_reused > before.engine_stats.tokens_reused
+
+    # the definitions are in the prompt: without them (cross_file off) it is that much shorter
+    def prompt_tokens(a, b) -> int:
+        return (b.engine_stats.prefill_tokens + b.engine_stats.tokens_reused
+                - a.engine_stats.prefill_tokens - a.engine_stats.tokens_reused)
+    with_cross = prompt_tokens(before, after)
+    client.workspace_did_change_configuration(t.DidChangeConfigurationParams(settings={"completer": {"cross_file": False}}))
+    await _indexed(client)
+    assert all(c.path == "main.py" for c in await _context(client, uri, 4, 21))
+    await client.text_document_inline_completion_async(_inline(4, 21, uri))
+    last = await client.protocol.send_request_async("completer/stats", {})
+    assert with_cross - prompt_tokens(after, last) >= sum(c[4] for c in cross)
