@@ -56,8 +56,9 @@ class Reader(threading.Thread):
 
 METHODS = ["initialize", "initialized", "textDocument/didOpen", "textDocument/didChange",
            "textDocument/didClose", "textDocument/inlineCompletion", "completer/stats",
-           "completer/feedback", "completer/documentInfo", "$/cancelRequest", "workspace/unknown",
-           "textDocument/completion", ""]
+           "completer/feedback", "completer/documentInfo", "completer/context", "$/cancelRequest",
+           "workspace/unknown", "textDocument/didSave", "workspace/didChangeWatchedFiles",
+           "workspace/didChangeConfiguration", "textDocument/completion", ""]
 
 
 def valid_ish(rng: random.Random, i: int) -> bytes:
