@@ -87,6 +87,7 @@ class Service:
         self.loaded: asyncio.Future | None = None  # resolved when the loads in flight have ended
         self.pending: dict[str, Request] = {}      # uri → its live completion request
         self.warm_next: dict[str, tuple] = {}      # uri → latest (snapshot, offset) to warm
+        self.warming: set[str] = set()             # uris with a warmup queued or running
         self.faults: set[str] = set()              # EngineError codes shown since the last success
         self.engine_error: str | None = None       # the last EngineError, until a call succeeds
         self.counters: Counter[str] = Counter()
@@ -275,11 +276,11 @@ class Service:
                 self._schedule_warmup(uri, snap, start + len(last.text))
 
     def _schedule_warmup(self, uri: str, snap, offset: int) -> None:
-        queued = uri in self.warm_next
         self.warm_next[uri] = (snap, offset)  # a later trigger replaces one not yet started
-        if not queued:
+        if uri not in self.warming:  # this loop's record, not warm_next: the warmup thread pops that
+            self.warming.add(uri)
             fut = asyncio.get_running_loop().run_in_executor(self.warmer, self._warm, uri)
-            fut.add_done_callback(self._warmed)
+            fut.add_done_callback(lambda f: self._warmed(uri, f))
 
     def _warm(self, uri: str) -> int | None:
         snap, offset = self.warm_next.pop(uri, (None, 0))
@@ -290,7 +291,8 @@ class Service:
         return warmup_at(engine, snap, offset, doc_key=uri, options=self.options.completion(),
                          **self._workspace_for(uri))
 
-    def _warmed(self, fut: asyncio.Future) -> None:
+    def _warmed(self, uri: str, fut: asyncio.Future) -> None:
+        self.warming.discard(uri)
         if fut.cancelled():
             return
         if fut.exception() is not None:
@@ -299,6 +301,8 @@ class Service:
             self.counters["warmups"] += 1
             self.counters["warmup_tokens"] += fut.result()
             self._served()
+        if uri in self.warm_next:  # a trigger came while this one ran
+            self._schedule_warmup(uri, *self.warm_next[uri])
 
     def document_info(self, uri: str) -> dict | None:
         doc = self.docs.get(uri)
