@@ -104,7 +104,6 @@ def test_the_option_turns_it_off():
     assert stop("if y:\n        return not not not x\n") is None and stop.reason is None
 
 
-DEFAULT = ROOT / "draft_models" / "default"
 # held-out asyncio code (streams.py) where the embedded pair writes ` # The test_name is not not not …`
 LOOP_BODY = ("    def connection_lost(self, exc):\n        self._connection_lost = True\n"
              "        # Wake up the writer(s) if currently paused.\n        if not self._paused:\n"
@@ -112,7 +111,6 @@ LOOP_BODY = ("    def connection_lost(self, exc):\n        self._connection_lost
              "    async def _drain_helper(self):")
 
 
-@pytest.mark.skipif(not (DEFAULT / "target" / "config.json").exists(), reason="the embedded pair is not built")
 def test_embedded_pair_degenerate_continuation_is_stopped_and_not_shown():
     from completer.pipeline import CompletionOptions, complete_at, make_engine
 

@@ -16,9 +16,10 @@ kernel measured fastest for the weight's storage (bench/peers.py; 2 AVX2/AVX-512
 Long forwards (prompt prefill, > SHORT tokens) stay on torch's batched path (`LlamaRunner`),
 whose fused attention wins there.
 
-The step runs on one thread (NumPy's OpenBLAS and torch's kernels alike): at these sizes worker
-threads only wait on each other, and while another process holds a core a parallel region stalls
-(a 2-token forward took 8 ms instead of 0.9 with a training job on the second core).
+The step runs on `decode_threads` torch threads (default 1; NumPy's OpenBLAS always on one): at
+these sizes worker threads mostly wait on each other, and while another process holds a core a
+parallel region stalls (a 2-token forward took 8 ms instead of 0.9 with a training job on the
+second core); more threads pay only on an otherwise idle machine (the note at SHORT).
 
 Eligible (`eligible`): CPU, float32 compute, each matrix dense float32 or fbgemm-packed fp16 /
 int8, and a layout (families.py) with RMSNorm and a gated SiLU MLP: Llama (RoPE scaling lives in
