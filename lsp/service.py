@@ -430,6 +430,10 @@ class Service:
         self.latency_ms.append(result.total_ms)
         if not result.text:
             self.counters["empty"] += 1
+            dropped = result.syntax.dropped if result.syntax is not None else None
+            if dropped is not None:  # generated, then dropped by a syntax rule: tokens spent for nothing
+                self.counters[f"dropped_{dropped.rule}"] += 1
+                self.counters["wasted_tokens"] += result.new_tokens
             return None
         self.counters["shown"] += 1
         self.counters["shown_chars"] += len(result.text)

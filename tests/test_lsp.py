@@ -237,18 +237,31 @@ async def test_random_incremental_edits_match_client(client: LanguageClient, tin
         assert info.version == n_edits + 1
 
 
-DEFAULT = ROOT / "draft_models" / "default"
 
 
 @pytest.mark.asyncio
-@pytest.mark.skipif(not (DEFAULT / "target" / "config.json").exists(),
-                    reason="the embedded default pair (draft_models/default/target) is not built yet")
 async def test_default_pair_completes(client: LanguageClient):
     await _start(client, {"max_new_tokens": 24, "debounce_ms": 0, "device": "cpu"})
     # a position where the small embedded pair writes something that parses (examples/stack.py)
     _open(client, (ROOT / "examples" / "stack.py").read_text())
     got = await client.text_document_inline_completion_async(_inline(7, 19))
     assert got.items and got.items[0].insert_text.strip()
+
+
+@pytest.mark.asyncio
+async def test_tokens_spent_on_a_dropped_completion_are_counted(client: LanguageClient):
+    # held-out asyncio code where the embedded pair writes `# The test_name is not not not …`
+    # (tests/test_degenerate.py): the degenerate rule drops it, and the stats say what it cost
+    from test_degenerate import CUR, LOOP_BODY
+
+    await _start(client, {"max_new_tokens": 64, "debounce_ms": 0, "device": "cpu"})
+    text, off = LOOP_BODY.replace(CUR, ""), LOOP_BODY.index(CUR)
+    _open(client, text)
+    line = text[:off].count("\n")
+    got = await client.text_document_inline_completion_async(_inline(line, off - text.rfind("\n", 0, off) - 1))
+    assert not got.items
+    stats = await _stats(client)
+    assert stats.empty == 1 and stats.dropped_degenerate == 1 and stats.wasted_tokens > 0
 
 
 def _stack_source() -> str:
@@ -260,8 +273,6 @@ async def _stats(client: LanguageClient):
 
 
 @pytest.mark.asyncio
-@pytest.mark.skipif(not (DEFAULT / "target" / "config.json").exists(),
-                    reason="the embedded default pair (draft_models/default/target) is not built yet")
 async def test_request_before_the_engine_is_ready_waits_for_it(client: LanguageClient):
     await client.initialize_session(t.InitializeParams(
         capabilities=client_capabilities("visual-studio-code"),
@@ -347,8 +358,6 @@ def _serve(port: int = 0) -> tuple[subprocess.Popen, int]:
 
 
 @pytest.mark.asyncio
-@pytest.mark.skipif(not (DEFAULT / "target" / "config.json").exists(),
-                    reason="the embedded default pair (draft_models/default/target) is not built yet")
 async def test_engine_error_is_shown_once(client: LanguageClient):
     engine, port = _serve()
     try:
