@@ -76,6 +76,9 @@ class CompleterServer(LanguageServer):
         """Start the workspace index; its walk is shown as $/progress begin → report(files) → end
         once the client has accepted the token (the walk does not wait for that answer; an end
         that comes first is sent after the begin)."""
+        if self.service.root is None:  # no folder, no index: a begun progress would never end
+            self.service.start_index()
+            return
         caps = self.client_capabilities.window
         token = f"completer/index/{next(self.progress_ids)}"
         shown = asyncio.ensure_future(self._begin_progress(token, "indexing the workspace")

@@ -325,6 +325,8 @@ class Service:
             self.index = WorkspaceIndex(self.root, self.options.workspace(), on_progress=progress)
         except OSError as e:  # a root that is gone or unreadable: completions go on without it
             self.say("warning", f"workspace {self.root} cannot be indexed ({e}): no cross-file context")
+            if progress is not None:  # the walk that was announced ends here
+                progress("end", 0, "not indexed")
             return
         for uri in self.docs.uris():  # documents opened before: their live text
             self._index_text(uri, self.docs.get(uri).text)

@@ -198,3 +198,20 @@ async def test_the_other_files_definition_is_in_the_context_and_stays_while_typi
     await client.text_document_inline_completion_async(_inline(4, 21, uri))
     last = await client.protocol.send_request_async("completer/stats", {})
     assert with_cross - prompt_tokens(after, last) >= sum(c[4] for c in cross)
+
+
+@pytest.mark.asyncio
+async def test_no_folder_no_index_and_no_progress_left_open(client: LanguageClient, tiny_pair):
+    # an editor with a single file and no root (Neovim without a root marker): no index, and no
+    # `$/progress` begun for one (a begin that never ended held Neovim's status at 'loading')
+    await client.initialize_session(t.InitializeParams(
+        capabilities=client_capabilities("visual-studio-code"), initialization_options=_tiny_options(tiny_pair)))
+    for _ in range(1200):
+        stats = await client.protocol.send_request_async("completer/stats", {})
+        if stats.engine not in ("loading", "not loaded"):
+            break
+        await asyncio.sleep(0.05)
+    assert stats.engine == "ready" and stats.workspace is None
+    assert not [tok for tok in client.progress_reports if tok.startswith("completer/index/")]
+    ended = [r for r in client.progress_reports.values() if r and isinstance(r[-1], t.WorkDoneProgressEnd)]
+    assert len(ended) == len(client.progress_reports)

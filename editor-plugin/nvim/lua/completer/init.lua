@@ -308,6 +308,14 @@ local function on_progress(ev)
   if type(value) ~= 'table' then
     return
   end
+  if type(params.token) ~= 'string' or not params.token:match('^completer/load%-models/') then
+    -- other work (the workspace index walk): shown as it goes, never the load state, so that an
+    -- index still walking a big folder does not hold the status at 'loading'
+    if M.config.progress and type(value.message) == 'string' then
+      api.nvim_echo({ { 'completer: ' .. value.message } }, false, {})
+    end
+    return
+  end
   if value.kind == 'end' then
     tokens_in_flight[params.token] = nil
     if next(tokens_in_flight) == nil then
