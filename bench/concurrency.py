@@ -58,8 +58,13 @@ def start_server(a, max_batch: int, step_tokens: int | None) -> tuple[subprocess
         argv += ["--target", a.target, "--draft", a.draft]
     if a.kv_budget_mb is not None:
         argv += ["--kv-budget-mb", str(a.kv_budget_mb)]
-    env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "TOKENIZERS_PARALLELISM": "false"}
-    p = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
+    return launch(argv, a.threads)
+
+
+def launch(argv: list[str], threads: int, cwd: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """`completer serve` started by `argv` (with --port 0) → (process, its ws:// URL) once its models are ready."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
+    p = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
     port = None
     for line in p.stderr:
         m = re.search(r"listening on ws://[^:]+:(\d+)/ws", line)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
 import re
 import subprocess
@@ -23,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from concurrency import load
+from concurrency import launch, load
 from keystrokes import pick_sites
 
 
@@ -54,19 +53,7 @@ class Sampler:
 
 
 def start(serve_args: list[str], threads: int) -> tuple[subprocess.Popen, str]:
-    argv = [sys.executable, "-m", "completer.cli", "serve", "--port", "0", *serve_args]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
-    p = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    port = None
-    for line in p.stderr:
-        m = re.search(r"listening on ws://[^:]+:(\d+)/ws", line)
-        port = int(m.group(1)) if m else port
-        if "models ready" in line or "error" in line:
-            break
-    if port is None or p.poll() is not None:
-        raise SystemExit("the server did not start")
-    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()  # keep the pipe drained
-    return p, f"ws://127.0.0.1:{port}/ws"
+    return launch([sys.executable, "-m", "completer.cli", "serve", "--port", "0", *serve_args], threads, ROOT)
 
 
 def main(argv: list[str] | None = None) -> int:
