@@ -23,6 +23,7 @@ from completer import config, errors
 from completer.client import EngineClient, EngineError, accepted_count
 from completer.config import needs_reload
 from completer.documents import Documents, PositionError, parser_count
+from completer.edits import EditHistory, change_from_lsp
 from completer.pipeline import complete_at, make_engine, prompt_for, warmup_at
 from completer.syntax import detect_triggers
 from completer.workspace import WorkspaceIndex
@@ -74,6 +75,7 @@ class Service:
     def __init__(self, options: ServerOptions = ServerOptions(), say: Say = lambda level, text: None):
         self.options, self.say = options, say
         self.docs = self._documents()
+        self.edits = EditHistory()  # the workspace's edit events (next-edit suggestions, issue 24)
         self.engine: EngineClient | None = None
         self.engine_state = "not loaded"  # not loaded | loading | ready | failed: <why>
         self.engine_options: dict | None = None  # the option values the latest load started with
@@ -104,6 +106,7 @@ class Service:
         self.close_index()
         self.root = root
         self.docs = self._documents(encoding)
+        self.edits = EditHistory()
         self.update(options)
 
     def update(self, options: ServerOptions) -> list[str]:
@@ -262,6 +265,7 @@ class Service:
             if len(e.text) > MAX_DOCUMENT_CHARS:
                 self._too_large(uri, len(e.text))
                 return
+            self.edits.record(uri, doc.text, change_from_lsp(doc, e.range, e.text))
             doc.apply_change(e.range, e.text)
             if len(doc.text) > MAX_DOCUMENT_CHARS:
                 self._too_large(uri, len(doc.text))
@@ -466,7 +470,7 @@ class Service:
         lat = sorted(self.latency_ms)
         pct = (lambda q: round(lat[min(int(q * len(lat)), len(lat) - 1)], 3)) if lat else (lambda q: None)
         return {"engine": self.engine_state, "engine_error": self.engine_error, "documents": len(self.docs),
-                "parsed_documents": self.docs.parsed(), "parsers": parser_count(),
+                "parsed_documents": self.docs.parsed(), "parsers": parser_count(), "edit_events": len(self.edits),
                 **dict(c), "loads": c["loads"],
                 # shim: the in-process Engine.stats() names it "slots" (llama.cpp's client: kv_cached_documents)
                 "kv_cached_documents": engine_stats.get("kv_cached_documents", engine_stats.get("slots")),
