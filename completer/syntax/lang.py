@@ -13,7 +13,9 @@ from tree_sitter import Node, Query, QueryCursor
 from ..documents import Snapshot, ts_language
 
 QUERY_DIR = Path(__file__).parent / "queries"
-QUERY_FOLDER = {"tsx": "typescript"}  # TSX shares TypeScript's node names
+# Folders searched for a language's query, first hit wins: TSX shares TypeScript's node names, and
+# TypeScript's grammar extends JavaScript's, so a query the two write alike lives once, in javascript/.
+QUERY_FOLDERS = {"tsx": ("typescript", "javascript"), "typescript": ("typescript", "javascript")}
 
 
 @dataclass(frozen=True)
@@ -47,10 +49,11 @@ def spec(language: str | None) -> LangSpec:
 
 @cache
 def query(language: str, name: str) -> Query | None:
-    path = QUERY_DIR / QUERY_FOLDER.get(language, language) / f"{name}.scm"
-    if not path.is_file():
-        return None
-    return Query(ts_language(language), path.read_text())
+    for folder in QUERY_FOLDERS.get(language, (language,)):
+        path = QUERY_DIR / folder / f"{name}.scm"
+        if path.is_file():
+            return Query(ts_language(language), path.read_text())
+    return None
 
 
 def captures(snap: Snapshot, name: str, lo: int, hi: int) -> dict[str, list[Node]]:

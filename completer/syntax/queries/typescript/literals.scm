@@ -1,4 +1,0 @@
-(comment) @comment
-(string) @string
-(template_string) @string
-(regex) @string
