@@ -29,7 +29,7 @@ from .documents import (
     offset_at,
     snapshot_around,
 )
-from .fim import render_extra
+from .fim import SENTINEL_TOKENS, render_extra
 from .syntax import (
     Context,
     Mode,
@@ -48,8 +48,6 @@ from .syntax.stream import Stream
 
 if TYPE_CHECKING:
     from .workspace import Snippet, WorkspaceIndex
-
-FIM_TOKENS = 3  # <fim_suffix>, <fim_middle> and <fim_prefix>/none: the engine's build_prompt keeps 3
 
 
 @dataclass(frozen=True)
@@ -154,7 +152,7 @@ def prompt_for(engine: EngineClient, snap: Snapshot, offset: int, options: Compl
     decision = gate(snap, offset, options.syntax)
     if decision.mode is Mode.EMPTY:
         return decision, None
-    budget = engine.prompt_budget(options.max_new_tokens) - FIM_TOKENS
+    budget = engine.prompt_budget(options.max_new_tokens) - SENTINEL_TOKENS
     snippets, rel = [], None
     if workspace is not None and path is not None:
         rel = workspace.rel(path)
