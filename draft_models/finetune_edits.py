@@ -1,0 +1,143 @@
+"""Teach the embedded pair next edits (issue 24 item 4): `python -m draft_models.finetune_edits`.
+
+Starts from the shipped pair, widens its window to `--ctx` positions (an editable region of
+20–40 lines is written twice: as the original and as the answer), and trains on a mix of edit
+tasks (draft_models/edit_data.py, loss on the answer only) and the ordinary plain/FIM samples of
+the first recipe at the new length, so that completion does not get worse. Then the draft is
+distilled again from the fine-tuned target on the same mix. Resumable like build.py (each stage
+checkpoints into --run-dir); seeded; held-out files (data.HELD_OUT) stay out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+
+from . import DEFAULT_DIR
+from .data import PAD, corpus_files, read_source
+from .edit_data import make_task, sample_ids
+from .tokenizer import save_hf_tokenizer
+from .train import SampleStream, TrainConfig, run_stage
+
+
+class MixedStream:
+    """Batches of edit tasks or of the ordinary stream's samples (see `batch`). A pure function
+    of (seed, step), like SampleStream."""
+
+    def __init__(self, texts: list[str], paths: list[str], tok: Tokenizer, seq_len: int, seed: int,
+                 edit_rate: float = 0.5):
+        self.texts, self.paths, self.tok, self.seq_len, self.seed = texts, paths, tok, seq_len, seed
+        self.edit_rate = edit_rate
+        self.plain = SampleStream(texts, tok, seq_len, seed)
+        self.pad = tok.token_to_id(PAD)
+        self.enc = lambda s: tok.encode(s).ids if s else []
+
+    def _edit(self, rng: random.Random) -> tuple[list[int], int] | None:
+        for _ in range(20):
+            i = rng.randrange(len(self.texts))
+            task = make_task(self.texts[i], self.paths[i], rng)
+            if task is None:
+                continue
+            ids, start = sample_ids(task, self.tok, self.enc)
+            if len(ids) <= self.seq_len:
+                return ids, start
+        return None
+
+    def batch(self, step: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A step is all edit tasks (twice `batch_size`: they are short) with probability
+        `edit_rate`, else ordinary samples; the batch is as long as its longest sample."""
+        rng = random.Random(self.seed * 1_000_003 + step)
+        edits = rng.random() < self.edit_rate
+        rows = []
+        for _ in range(batch_size * 2 if edits else batch_size):
+            got = self._edit(rng) if edits else None
+            rows.append(got if got else (self.plain.sample(rng), 0))
+        T = max(len(s) for s, _ in rows)
+        x = torch.full((len(rows), T), self.pad, dtype=torch.long)
+        y = torch.full((len(rows), T), -100, dtype=torch.long)
+        for b, (s, start) in enumerate(rows):
+            x[b, : len(s)] = torch.tensor(s)
+            y[b, max(0, start - 1): len(s) - 1] = torch.tensor(s[max(1, start):])
+        return x, y
+
+
+def _load(d: Path, ctx: int):
+    from transformers import LlamaForCausalLM
+
+    m = LlamaForCausalLM.from_pretrained(str(d), torch_dtype=torch.float32)
+    m.config.max_position_embeddings = ctx  # RoPE has no table to grow: the fine-tune teaches the new positions
+    return m
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m draft_models.finetune_edits", description=__doc__)
+    ap.add_argument("--src", type=Path, default=DEFAULT_DIR, help="the pair to start from")
+    ap.add_argument("--out", type=Path, default=DEFAULT_DIR)
+    ap.add_argument("--run-dir", type=Path, default=Path("runs/edits"))
+    ap.add_argument("--ctx", type=int, default=1024)
+    ap.add_argument("--target-steps", type=int, default=500)
+    ap.add_argument("--draft-steps", type=int, default=250)
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--edit-rate", type=float, default=0.5)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    a.run_dir.mkdir(parents=True, exist_ok=True)
+
+    def log(msg: str) -> None:
+        line = f"{time.strftime('%H:%M:%S')} {msg}"
+        print(line, file=sys.stderr, flush=True)
+        with open(a.run_dir / "log.txt", "a") as f:
+            f.write(line + "\n")
+
+    torch.manual_seed(a.seed)
+    tok = Tokenizer.from_file(str(a.src / "target" / "tokenizer.json"))
+    train_files, held_files = corpus_files(split="train"), corpus_files(split="heldout")
+    train = MixedStream([read_source(f) for f in train_files], [f.name for f in train_files], tok, a.ctx,
+                        a.seed, a.edit_rate)
+    held = MixedStream([read_source(f) for f in held_files], [f.name for f in held_files], tok, a.ctx,
+                       a.seed + 1, a.edit_rate)
+    tcfg = TrainConfig(steps=a.target_steps, batch_size=a.batch_size, lr=6e-4, warmup=30, ckpt_every=50,
+                       log_every=10, eval_every=250, eval_batches=6)
+    dcfg = replace(tcfg, steps=a.draft_steps, lr=1e-3)
+    log(f"fine-tune for next edits: ctx {a.ctx}, {len(train_files)} train / {len(held_files)} held-out files, "
+        f"edit rate {a.edit_rate}, target {asdict(tcfg)}, draft steps {a.draft_steps}")
+    target = _load(a.src / "target", a.ctx)
+    tres = run_stage("edits-target", target, train, held, tcfg, a.run_dir, log)
+    log(f"target done: {json.dumps(tres)}")
+    target.eval()
+    for p in target.parameters():
+        p.requires_grad_(False)
+    draft = _load(a.src / "draft", a.ctx)
+    dres = run_stage("edits-draft", draft, train, held, dcfg, a.run_dir, log, teacher=target)
+    log(f"draft done: {json.dumps(dres)}")
+
+    for name, model in (("target", target), ("draft", draft)):
+        d = a.out / name
+        tmp = a.out / f".{name}.new"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        model.to(torch.bfloat16).save_pretrained(str(tmp), safe_serialization=True)
+        save_hf_tokenizer(tok, tmp, a.ctx)
+        if d.exists():
+            shutil.rmtree(d)
+        tmp.rename(d)
+    summary_path = a.out / "build_summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    summary["edits_finetune"] = {"ctx": a.ctx, "edit_rate": a.edit_rate, "target": tres, "draft": dres,
+                                 "target_train": asdict(tcfg), "draft_train": asdict(dcfg)}
+    summary["ctx"] = a.ctx
+    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+    log(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

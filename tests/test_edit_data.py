@@ -1,0 +1,138 @@
+"""Next-edit training tasks (draft_models/edit_data.py): every kind yields tasks whose user change
+is one site, whose answer changes only the region, and whose changes are the same change at the
+other sites; the own prompt format tokenizes as the engine will read it."""
+from __future__ import annotations
+
+import ast
+import difflib
+import random
+import re
+from collections import Counter
+
+import pytest
+
+from completer.edits.formats import HistoryItem, changed_lines, own_history, own_prompt
+from draft_models.edit_data import KINDS, make_task, sample_ids
+
+SOURCE = '''\
+import os
+
+
+class Store:
+    def __init__(self, root, limit=10):
+        self.root = root
+        self.limit = limit
+        self.items = []
+
+    def add(self, name, value):
+        path = os.path.join(self.root, name)
+        if len(self.items) >= self.limit:
+            raise ValueError("full")
+        self.items.append((path, value))
+        print("added", path)
+        return path
+
+    def find(self, name):
+        for path, value in self.items:
+            if os.path.basename(path) == name:
+                print("found", path)
+                return value
+        print("missing", name)
+        return None
+
+
+def total(values, start=0):
+    result = start
+    for v in values:
+        result = result + v
+        print("step", result)
+    print("step", result)
+    return result
+'''
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kind_carries_one_change_to_the_region(kind):
+    rng = random.Random(3)
+    made = 0
+    for _ in range(30):
+        t = make_task(SOURCE, "store.py", rng, kind=kind, noop_rate=0.0)
+        if t is None:
+            continue
+        made += 1
+        ast.parse(t.current)
+        ast.parse(t.expected)
+        before, cur, exp = (s.splitlines(keepends=True) for s in (t.before, t.current, t.expected))
+        assert len(before) == len(cur) == len(exp)  # every kind edits within lines
+        changed = [i for i, (a, b) in enumerate(zip(before, cur)) if a != b]
+        assert changed == [t.line]  # the user's change: one line, the cursor's
+        lo, hi = t.region
+        assert lo <= t.line < hi
+        moved = [i for i, (a, b) in enumerate(zip(cur, exp)) if a != b]
+        assert moved and all(lo <= i < hi for i in moved)  # the answer edits the region only
+        assert t.sites >= len(moved)
+        # the answer is the user's change again: each changed line differs as the user's line did
+        user_removed = set(_words(before[t.line]) - _words(cur[t.line]))
+        user_added = set(_words(cur[t.line]) - _words(before[t.line]))
+        for i in moved:
+            if kind == "remove_arg":  # the last argument of each call goes, whatever it is
+                assert len(exp[i]) < len(cur[i]) and exp[i].count(",") <= cur[i].count(",")
+                continue
+            assert set(_words(cur[i]) - _words(exp[i])) <= user_removed, (kind, cur[i], exp[i])
+            assert set(_words(exp[i]) - _words(cur[i])) <= user_added, (kind, cur[i], exp[i])
+        assert t.history == [HistoryItem("store.py", before[t.line], cur[t.line])]
+        assert 0 <= t.col <= len(cur[t.line])
+    assert made >= 3, kind
+
+
+def _words(line: str) -> Counter:
+    return Counter(re.findall(r"\w+|\S", line))
+
+
+def test_noop_tasks_answer_the_region_unchanged():
+    rng = random.Random(0)
+    found = 0
+    for _ in range(200):
+        t = make_task(SOURCE, "store.py", rng, noop_rate=1.0)
+        if t is not None and t.sites == 0:
+            assert t.expected == t.current
+            found += 1
+    assert found
+
+
+def test_unparsable_files_and_files_without_sites_give_none():
+    rng = random.Random(0)
+    assert make_task("def f(:\n", "x.py", rng) is None
+    assert make_task("x = 1\n", "x.py", rng) is None
+    assert make_task("", "x.py", rng) is None
+
+
+def test_own_format_history_and_sample_ids(embedded_tokenizer):
+    tok = embedded_tokenizer
+    assert changed_lines("a\nb\nc\n", "a\nB\nc\n") == "-b\n+B\n"
+    hist = [HistoryItem("other.py", "x = 1\n", "x = 2\n"), HistoryItem("store.py", "y\n", "z\n")]
+    assert own_history(hist, "store.py") == "# other.py\n-x = 1\n+x = 2\n-y\n+z\n"
+    pieces = own_prompt(hist, "store.py", "    return y\n")
+    assert [p.text for p in pieces if p.special] == ["<fim_prefix>", "<fim_suffix>", "<fim_middle>"]
+    t = make_task(SOURCE, "store.py", random.Random(1), kind="rename_local", noop_rate=0.0)
+    ids, start = sample_ids(t, tok, lambda s: tok.encode(s, add_special_tokens=False).ids)
+    assert ids[start - 1] == tok.token_to_id("<fim_middle>") and ids[-1] == tok.token_to_id("<|endoftext|>")
+    assert tok.decode(ids[start:-1]) == t.region_text(t.expected)
+    region = tok.encode(t.region_text(), add_special_tokens=False).ids
+    assert ids[start - 1 - len(region):start - 1] == region  # the region as the drafter's original
+
+
+@pytest.fixture(scope="module")
+def embedded_tokenizer():
+    from tokenizers import Tokenizer
+
+    from draft_models import DEFAULT_TARGET
+    return Tokenizer.from_file(str(DEFAULT_TARGET / "tokenizer.json"))
+
+
+def test_expected_diff_is_small():
+    """A rename's answer differs from the region by the renamed spans, not by rewritten lines."""
+    t = make_task(SOURCE, "store.py", random.Random(2), kind="rename_local", noop_rate=0.0)
+    ops = [o for o in difflib.SequenceMatcher(None, t.current, t.expected, autojunk=False).get_opcodes()
+           if o[0] != "equal"]
+    assert 1 <= len(ops) <= t.sites * 2
