@@ -14,6 +14,7 @@ import {
 } from "vscode-languageclient/node";
 import { ACCEPT_GUARD_MS, FeedbackParams, FeedbackTracker, isWithdrawal, textAfterCursor } from "./feedback";
 import { InitOptions, OPTIONS, reloads, settingsChange, toInitializationOptions } from "./options";
+import { registerNextEdits } from "./nextEditUi";
 import { StatusModel } from "./status";
 import { MenuAction, SwitchState, allowed, menuItems, offReason } from "./switches";
 
@@ -73,6 +74,13 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       client.sendNotification("completer/feedback", p).catch((e) => log.warn(`feedback: ${e}`));
     }
   };
+
+  const nextEdits = registerNextEdits(context, {
+    client: () => client,
+    allowed: (d) => ["file", "untitled"].includes(d.uri.scheme) && LANGUAGES.includes(d.languageId) &&
+      allowed(switchState(snoozedUntil, d.languageId)),
+    log,
+  });
 
   const start = async () => {
     const cfg = vscode.workspace.getConfiguration("completer");
@@ -212,6 +220,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   context.subscriptions.push(
     vscode.commands.registerCommand(ACCEPT_CMD, async (uri: string, text: string, inner?: vscode.Command) => {
       sendFeedback(tracker.accepted(uri, text));
+      nextEdits.chained(uri);
       if (inner) await vscode.commands.executeCommand(inner.command, ...(inner.arguments ?? []));
     }),
     vscode.commands.registerCommand("completer.showStats", showStats),
