@@ -124,6 +124,47 @@ def _complete_file(a: argparse.Namespace, r: config.Resolved) -> int:
     return 0
 
 
+NEXT_EDIT_OPTIONS = ("next_edit_format", "next_edit_lines_above", "next_edit_lines_below", "next_edit_max_lines")
+
+
+def cmd_next_edit(a: argparse.Namespace) -> int:
+    """The next edit after the user changed --before OLD into PATH, cursor at --line/--col: the
+    history is the diff OLD → PATH (completer/edits/predict.py)."""
+    from .documents import PositionError, offset_at
+    from .edits.diff import apply_edits
+    from .edits.predict import HistoryError, from_versions, predict
+    from .pipeline import make_engine
+
+    text, old = read_source_file(a.path), read_source_file(a.before)
+    try:
+        offset_at(text, a.line, a.col, exact=True)
+    except PositionError as e:
+        raise UsageError(str(e)) from None
+    try:
+        history = from_versions(old, text, Path(a.path).as_posix())
+    except HistoryError as e:
+        raise UsageError(f"--before {a.before}: {e}") from None
+    r = resolve(a, ("engine", "client", "lsp"), a.path)
+    v = r.values
+    engine = make_engine(**{k: v[k] for k in v if config.OPTIONS[k].scope in ("engine", "client")}
+                         | {"engine_api_key": r.engine_key()[0]})
+    ne = predict(engine, text, a.line, a.col, history, path=Path(a.path).as_posix(), fmt=v["next_edit_format"],
+                 speculative=not a.no_speculative, doc_key=str(Path(a.path).resolve()),
+                 above=v["next_edit_lines_above"], below=v["next_edit_lines_below"], max_lines=v["next_edit_max_lines"])
+    engine.close()
+    if a.json:
+        print(json.dumps(ne.to_json()))
+    elif ne.dropped is not None:
+        print(f"completer: no next edit: {ne.dropped}", file=sys.stderr)
+    else:
+        import difflib
+
+        new = apply_edits(text, ne.edits)
+        sys.stdout.writelines(difflib.unified_diff(text.splitlines(keepends=True), new.splitlines(keepends=True),
+                                                   a.path, a.path))
+    return 0
+
+
 def cmd_serve(a: argparse.Namespace) -> int:
     from .serve.app import run
 
@@ -206,6 +247,17 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--greedy", action="store_true", help="greedy decoding (temperature 0)")
     c.add_argument("--no-speculative", action="store_true", help="plain decoding, no drafter")
     config.add_arguments(c, ("engine", "client", "syntax", "workspace", "trust"))
+    n = sub.add_parser("next-edit", parents=[common], help="predict the next edit after the changes from --before to PATH")
+    n.add_argument("path", help="source file as it is now")
+    n.add_argument("--line", type=int, required=True, help="0-based line of the cursor")
+    n.add_argument("--col", type=int, required=True, help="0-based column in characters")
+    n.add_argument("--before", required=True, metavar="OLD", help="the same file before the recent edits (the "
+                   "history is the diff OLD -> PATH)")
+    n.add_argument("--json", action="store_true", help="print one JSON object: edits (0-based lines, columns in "
+                   "characters, in PATH) and the engine's numbers")
+    n.add_argument("--no-speculative", action="store_true", help="plain decoding (no speculative edits)")
+    config.add_arguments(n, ("engine", "client", "trust"))
+    config.add_arguments(n, ("lsp",), "next-edit options", only=NEXT_EDIT_OPTIONS)
     s = sub.add_parser("serve", parents=[common], help="the engine service: WebSocket+msgpack at /ws, OpenAI /v1/completions, "
                                      "/metrics, /health")
     config.add_arguments(s, ("serve", "engine", "trust"))
@@ -223,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure(a.log_level)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _quiet_libraries(progress=not getattr(a, "json", False))
-    commands = {"complete": cmd_complete, "serve": cmd_serve, "options": cmd_options, "config": cmd_config}
+    commands = {"complete": cmd_complete, "next-edit": cmd_next_edit, "serve": cmd_serve, "options": cmd_options,
+                "config": cmd_config}
     try:
         return commands[a.cmd](a)
     except (UsageError, EngineError) as e:

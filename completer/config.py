@@ -28,6 +28,7 @@ from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from .edits.formats import EDIT_FORMATS  # torch-free: the next-edit formats' table
 from .fim import FIM_FORMATS  # torch-free: the table of model families' FIM spellings
 
 
@@ -152,6 +153,16 @@ class LspConfig:
     warmup: bool = opt(True, "prefill the KV cache on syntax triggers while typing")
     ready_wait_ms: int = opt(30_000, "a request that arrives while the models load waits this long", lo=0,
                              hi=600_000)
+    next_edit: bool = opt(True, "next-edit suggestions: the editor asks completer/nextEdit for the next change "
+                          "near the cursor after an edit")
+    next_edit_debounce_ms: int = opt(300, "the editor's wait after the last edit before it asks for a next edit",
+                                     lo=0, hi=10_000)
+    next_edit_format: str = opt("auto", "next-edit prompt format: auto (the embedded pair's own; else from the "
+                                "model's name or tokenizer) or a family's", choices=("auto", *EDIT_FORMATS))
+    next_edit_lines_above: int = opt(3, "lines above the cursor a next edit may rewrite", lo=0, hi=1000)
+    next_edit_lines_below: int = opt(20, "lines below the cursor a next edit may rewrite", lo=0, hi=1000)
+    next_edit_max_lines: int = opt(40, "the most lines a next edit rewrites (the region grows to a statement's end "
+                                   "within it)", lo=1, hi=1000)
 
 
 @dataclass(frozen=True)
@@ -441,6 +452,8 @@ ENVIRONMENT = {
                        "--token is not given; sent to a ws:// engine when no key is configured",
     "COMPLETER_API_KEY": "API key for a remote engine when engine_api_key is not set beside the engine",
     "XDG_CONFIG_HOME": "the user config file is $XDG_CONFIG_HOME/completer/config.toml (default ~/.config)",
+    "XDG_CACHE_HOME": "the native decode step is compiled into $XDG_CACHE_HOME/completer/native (default ~/.cache)",
+    "COMPLETER_NATIVE": "0 turns the native CPU decode step off (the NumPy step serves)",
 }
 
 

@@ -25,11 +25,13 @@ from draft_models import DEFAULT_DIR
 
 from ..client import Chunk, Completion, EngineError, StopText, accepted_count, prompt_budget, stop_reason
 from ..config import OPTIONS, EngineConfig
-from ..fim import FimFormat
+from ..edits.formats import EditFormat, EditPrompt
+from ..edits.formats import detect as detect_edit_format
+from ..fim import FimFormat, token_id
 from .batch import Via
 from .caches import DocCache, kv_reserve_bytes
 from .calibrate import measure_step_costs
-from .drafters import CombinedDrafter, FastPathDrafter, ModelDrafter
+from .drafters import AdaptiveK, CombinedDrafter, Drafter, EditDrafter, FastPathDrafter, ModelDrafter
 from .models import ModelError, Pair, load_pair
 from .prompt import build_prompt, encode_text
 from .quant import model_bytes
@@ -205,8 +207,12 @@ class Engine:
 
     def _generate(self, prompt: list[int], doc_key: str, max_new: int | None, drafter: str | None,
                   stop, cancel, on_tokens, record: Record | None,
-                  node_kind: str | None = None, sampling: Sampling | None = None) -> tuple[list[int], GenStats, float]:
-        """Run one generation under a scheduler ticket → (ids, stats, ms spent queued)."""
+                  node_kind: str | None = None, sampling: Sampling | None = None,
+                  draft: tuple[Drafter | None, AdaptiveK | None] | None = None,
+                  eos: frozenset[int] | None = None) -> tuple[list[int], GenStats, float]:
+        """Run one generation under a scheduler ticket → (ids, stats, ms spent queued). `draft`:
+        a drafter made for this generation and its draft lengths (instead of the `drafter` kind's
+        over the document's cache); `eos`: the stop ids (default: the FIM format's)."""
         max_new = max_new or self.cfg.max_new_tokens
         sampling = sampling or self.sampling
         if not prompt:
@@ -219,9 +225,11 @@ class Engine:
                 ids, st = [], GenStats(prompt_tokens=len(prompt), stop_reason="superseded")
             else:
                 cache: DocCache = t.resource
-                d = self._drafter(cache, drafter or self.cfg.drafter, sampling)
-                ids, st = generate(Via(cache.target, self.sched.batcher), prompt, max_new, sampling,
-                                   d, cache.k_for(node_kind) if d is not None else None, self.fim.eos, stop,
+                if draft is None:
+                    d = self._drafter(cache, drafter or self.cfg.drafter, sampling)
+                    draft = d, cache.k_for(node_kind) if d is not None else None
+                ids, st = generate(Via(cache.target, self.sched.batcher), prompt, max_new, sampling, *draft,
+                                   self.fim.eos if eos is None else eos, stop,
                                    StopFlag(t.superseded, cancel, record), on_tokens, self.gen)
         finally:
             self.sched.release(t)
@@ -302,6 +310,67 @@ class Engine:
         rec.update(text, done=True, ok=st.stop_reason not in ("cancelled", "superseded"))
         st.total_ms = (time.perf_counter() - t0) * 1e3
         return to_completion(text, ids, st, self.speculative, queue_ms=round(queue_ms, 3), type_through=False)
+
+    # -- next edits (completer/edits) -------------------------------------------------------------
+    def edit_format(self, name: str = "auto") -> EditFormat:
+        """The next-edit format `name`, or the one this model reads (formats.detect)."""
+        try:
+            return detect_edit_format(name, fim=self.fim.name, model=self.pair.target_name,
+                                      has_token=lambda text: token_id(self.tok, text) is not None)
+        except ValueError as e:
+            raise EngineError(str(e), "bad_request") from None
+
+    def edit_prompt(self, request: EditPrompt, f: EditFormat) -> list[int]:
+        """The token ids of `request` in format `f`: a special piece is its token, text is
+        document text (never a control token), as the fine-tune encoded its samples."""
+        prompt: list[int] = []
+        for p in f.prompt(request):
+            i = token_id(self.tok, p.text) if p.special else None
+            if p.special and i is None:
+                raise EngineError(f"next-edit format {f.name!r} needs the token {p.text!r}, which this tokenizer "
+                                  "lacks: set next_edit_format", "bad_request")
+            prompt += [i] if p.special else encode_text(self.tok, p.text)
+        return prompt
+
+    def rewrite(self, request: EditPrompt, *, fmt: str = "auto", doc_key: str = "_default",
+                max_new: int | None = None, speculative: bool = True,
+                cancel: threading.Event | None = None) -> Completion:
+        """The editable region of `request` as the model rewrites it (greedy), in format `fmt`:
+        `text` is the region read back from the answer ("" and extra["malformed"] when the answer
+        held none). Speculative: the region's own tokens are the draft (EditDrafter, long drafts
+        while the answer copies), else plain decoding; the ids are the same either way. At most
+        `max_new` tokens (default: the region's tokens x 1.25 + 32), within the context."""
+        t0 = time.perf_counter()
+        f = self.edit_format(fmt)
+        prompt = self.edit_prompt(request, f)
+        original = encode_text(self.tok, f.draft(request))
+        drafter = EditDrafter(original) if speculative else None
+        room = self.ctx - len(prompt) - 1  # drafts near the end shrink to fit (generate)
+        max_new = min(max_new or len(original) * 5 // 4 + 32, room)
+        if max_new < 1:
+            raise EngineError(f"the next-edit prompt ({len(prompt)} tokens) leaves no room in the model's context of "
+                              f"{self.ctx}", "bad_request")
+        eos = set(self.fim.eos)
+        texts = []
+        for s in f.stops:
+            i = token_id(self.tok, s)
+            if i is not None:
+                eos.add(i)
+            else:
+                texts.append(s)
+        stop = (lambda ids: any(s in self.decode(ids) for s in texts)) if texts else None
+        ids, st, queue_ms = self._generate(prompt, doc_key, max_new, None, stop, cancel, None, None,
+                                           sampling=Sampling(0.0),
+                                           draft=(drafter, drafter.adaptive_k() if drafter is not None else None),
+                                           eos=frozenset(eos))
+        answer = self.decode(ids)
+        for s in texts:
+            answer = answer.split(s, 1)[0]
+        region = f.region(answer)
+        st.total_ms = (time.perf_counter() - t0) * 1e3
+        self._count(rewrites=1)
+        return to_completion(region or "", ids, st, speculative, queue_ms=round(queue_ms, 3), edit_format=f.name,
+                             malformed=region is None)
 
     # -- type-through (records.py; the rule: completer/typethrough.py) -----------------------------
     def _newer_request(self, doc_key: str) -> Record | None:

@@ -1,0 +1,175 @@
+"""The next-edit prediction (issue 24 item 2): the editable region around the cursor, the edit
+history and the model's rewrite of the region, diffed into edits of the file, or dropped with the
+reason. The engine is any `EngineClient` (its `rewrite`), so the language server, the CLI, the
+WebSocket service and bench/next_edit.py share this one function.
+
+Dropped (`NextEdit.dropped`, the edits empty): "no_history" (nothing to go on), "binary",
+"too_long" (a cursor line longer than a region holds, or an answer cut by the token limit),
+"cancelled", "malformed" (the answer held no region), "no_change", "undo" (the rewrite turns the
+user's last edit back: its new text into its old), "syntax" (the file with the edits applied
+parses with more errors than it does now).
+
+History comes in two shapes: the language server's edit events (`from_events`: each event's
+changed lines as whole lines) and two versions of a file (`from_versions`: the CLI's and the
+WebSocket's OLD → FILE, one item per changed hunk). Torch-free."""
+from __future__ import annotations
+
+import difflib
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..client import EngineClient
+from ..documents import is_binary, language_for, line_starts, offset_at, snapshot_around
+from ..syntax.postprocess import error_count
+from .diff import TextEdit, region_edits
+from .formats import EditPrompt, HistoryItem
+from .history import Event
+from .region import RegionError, editable_region
+
+CONTEXT_CHARS = 1500  # text before and after the region a format may show (Zeta's excerpt)
+SYNTAX_REACH = 64 * 1024  # the syntax check parses this far around the region (a 1 MB file costs what 128 KB does)
+
+
+class HistoryError(ValueError):
+    """The history cannot be made (OLD is not an earlier version of FILE)."""
+
+
+@dataclass
+class NextEdit:
+    """A next-edit suggestion: edits of the file (empty when dropped, `dropped` says why), the
+    region rewritten (lines [lo, hi)), the model's answer and the engine's numbers."""
+    edits: list[TextEdit] = field(default_factory=list)
+    region: tuple[int, int] = (0, 0)
+    new_tokens: int = 0
+    target_forwards: int = 0
+    accepted_per_forward: float = 0.0
+    total_ms: float = 0.0
+    speculative: bool = False
+    dropped: str | None = None
+    text: str = ""          # the region as the model rewrote it
+    format: str | None = None
+
+    def to_json(self) -> dict:
+        out = {"edits": [e.to_json() for e in self.edits], "new_tokens": self.new_tokens,
+               "target_forwards": self.target_forwards, "accepted_per_forward": round(self.accepted_per_forward, 4),
+               "total_ms": round(self.total_ms, 3), "speculative": self.speculative,
+               "region": {"start_line": self.region[0], "end_line": self.region[1]}, "format": self.format}
+        if self.dropped is not None:
+            out["reason"] = self.dropped
+        return out
+
+
+# -- history ---------------------------------------------------------------------------------
+def _line_part(before: str, after: str) -> tuple[str, str]:
+    """The start of the line an event begins on and the rest of the line it ends on."""
+    head = before[max(before.rfind("\n"), before.rfind("\r")) + 1:]
+    nl = after.find("\n")
+    return head, after[:nl + 1] if nl >= 0 else after
+
+
+def from_events(events: Sequence[Event], path_of=lambda uri: uri) -> list[HistoryItem]:
+    """The language server's edit events (oldest first) as history items of whole lines;
+    `path_of(uri)` names the file as the prompt shows it."""
+    out = []
+    for ev in events:
+        head, tail = _line_part(ev.before, ev.after)
+        out.append(HistoryItem(path_of(ev.uri), head + ev.old + tail, head + ev.new + tail))
+    return out
+
+
+def from_versions(old: str, new: str, path: str) -> list[HistoryItem]:
+    """The changed hunks from `old` to `new` (a file before and after the recent edits) as
+    history items, in file order (the last is taken as the latest). HistoryError when the two
+    have no line in common (OLD is not an earlier version of the file); identical texts give []."""
+    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    if a and b and not any(blk.size for blk in sm.get_matching_blocks()):
+        raise HistoryError("the old version has no line in common with the file: it is not an earlier version of it")
+    return [HistoryItem(path, "".join(a[i1:i2]), "".join(b[j1:j2]))
+            for tag, i1, i2, j1, j2 in sm.get_opcodes() if tag != "equal"]
+
+
+# -- the prediction ------------------------------------------------------------------------------
+def predict(engine: EngineClient, text: str, line: int, col: int, history: Sequence[HistoryItem], *,
+            path: str, language: str | None = None, fmt: str = "auto", speculative: bool = True,
+            doc_key: str = "_default", cancel: threading.Event | None = None, above: int = 3,
+            below: int = 20, max_lines: int = 40, tree=None) -> NextEdit:
+    """The next edit at (line, col) (0-based, col in characters) of `text`, the file at `path`,
+    after the edits `history` (oldest first). `language` (an LSP languageId or grammar name;
+    default: from the path) enables the syntax rules; `tree` is the text's parse when the caller
+    has one. PositionError for a position outside the text; EngineError from the engine."""
+    offset = offset_at(text, line, col, exact=True)
+    if is_binary(text):
+        return NextEdit(dropped="binary")
+    if not history:
+        return NextEdit(dropped="no_history")
+    lang = language_for(language, path)
+    starts = line_starts(text)
+    try:
+        lo, hi = editable_region(text, line, above=above, below=below, max_lines=max_lines, language=lang,
+                                 tree=tree, starts=starts)
+    except RegionError:
+        return NextEdit(region=(line, line + 1), dropped="too_long")
+    a, b = starts[lo], starts[hi] if hi < len(starts) else len(text)
+    region = text[a:b]
+    req = EditPrompt(tuple(history), path, region, offset - a, _tail_lines(text[max(0, a - CONTEXT_CHARS):a]),
+                     _head_lines(text[b:b + CONTEXT_CHARS]))
+    c = engine.rewrite(req, fmt=fmt, doc_key=doc_key, speculative=speculative, cancel=cancel)
+    got = NextEdit(region=(lo, hi), new_tokens=c.new_tokens, target_forwards=c.target_forwards,
+                   accepted_per_forward=c.accepted_per_forward, total_ms=c.total_ms, speculative=c.speculative,
+                   text=c.text, format=c.extra.get("edit_format"))
+    new = c.text
+    if not region.endswith("\n") and new.endswith("\n"):  # a region at a file end without a newline
+        new = new[:-1]
+    got.dropped = _dropped(c.stop_reason, bool(c.extra.get("malformed")), region, new, history[-1], path)
+    if got.dropped is None and lang is not None and _adds_errors(text, a, b, new, lang):
+        got.dropped = "syntax"
+    if got.dropped is None:
+        got.edits = region_edits(region, new, lo)
+    return got
+
+
+def _dropped(stop_reason: str, malformed: bool, region: str, new: str, last: HistoryItem, path: str) -> str | None:
+    if stop_reason in ("cancelled", "superseded"):
+        return "cancelled"
+    if stop_reason in ("length", "context"):
+        return "too_long"
+    if malformed:
+        return "malformed"
+    if new == region:
+        return "no_change"
+    if last.path == path and _undoes(region, new, last):
+        return "undo"
+    return None
+
+
+def _undoes(region: str, new: str, last: HistoryItem) -> bool:
+    """Whether the rewrite turns the last edit's new text back into its old text: the new
+    lines occur fewer times in it (when there are any) and the old lines more (likewise)."""
+    if last.old == last.new:
+        return False
+    fewer = not last.new or new.count(last.new) < region.count(last.new)
+    more = not last.old or new.count(last.old) > region.count(last.old)
+    return fewer and more
+
+
+def _adds_errors(text: str, a: int, b: int, new: str, language: str) -> bool:
+    """Whether the text with text[a:b] replaced by `new` parses with more errors than `text`
+    (both parsed within SYNTAX_REACH of the region)."""
+    before, _ = snapshot_around(text, language, a, SYNTAX_REACH)
+    after, _ = snapshot_around(text[:a] + new + text[b:], language, a, SYNTAX_REACH)
+    if before.tree is None or after.tree is None:
+        return False
+    return error_count(after.tree) > error_count(before.tree)
+
+
+def _tail_lines(s: str) -> str:
+    """`s` from its first whole line (a context window never opens inside a line)."""
+    i = s.find("\n")
+    return s if i < 0 or len(s) < CONTEXT_CHARS else s[i + 1:]
+
+
+def _head_lines(s: str) -> str:
+    i = s.rfind("\n")
+    return s if i < 0 or len(s) < CONTEXT_CHARS else s[:i + 1]

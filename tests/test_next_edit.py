@@ -1,0 +1,330 @@
+"""Next-edit suggestions (issue 24): the editable region's rule, the rewrite diffed into small
+edits (and their LSP positions in UTF-16), the history from two versions of a file or from the
+language server's events, the drop rules of `predict` (on an engine that answers a chosen
+rewrite: a unit test of the rules), the formats, the engine's rewrite (greedy ids equal with and
+without speculative edits on the embedded pair; its prompt is the fine-tune's sample) and the
+CLI's contract. What the model suggests is not asserted here (that is bench/next_edit.py's)."""
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from completer.client import Completion
+from completer.documents import Document, PositionError
+from completer.edits import Change, EditHistory
+from completer.edits.diff import TextEdit, apply_edits, lsp_edits, region_edits, span_edits
+from completer.edits.formats import EDIT_FORMATS, EditPrompt, HistoryItem, detect, render
+from completer.edits.predict import HistoryError, from_events, from_versions, predict
+from completer.edits.region import RegionError, editable_region
+
+COMPLETER = Path(sys.executable).parent / "completer"
+
+SRC = '''\
+import os
+
+
+class Store:
+    def __init__(self, root, limit=10):
+        self.root = root
+        self.limit = limit
+        self.items = []
+
+    def add(self, name, value):
+        path = os.path.join(self.root,
+                            name)
+        if len(self.items) >= self.limit:
+            raise ValueError("full")
+        self.items.append((path, value))
+        return path
+
+
+def main():
+    s = Store("/tmp")
+    s.add("a", 1)
+'''
+LINES = SRC.splitlines(keepends=True)
+
+
+# -- the region ---------------------------------------------------------------------------------
+def test_region_stays_in_the_enclosing_definition():
+    assert editable_region(SRC, 12, language="python") == (9, 16)   # add(): its header to its last line
+    assert editable_region(SRC, 5, language="python") == (4, 8)     # __init__ only
+    assert editable_region(SRC, 19, language="python") == (18, 21)  # main()
+    assert editable_region(SRC, 12, above=1, below=1, language="python") == (11, 14)
+
+
+def test_region_never_ends_inside_a_statement():
+    # below=0 would end after `path = os.path.join(self.root,`: it grows to the call's end
+    assert editable_region(SRC, 10, above=0, below=0, language="python") == (10, 12)
+    # ... unless max_lines forbids: then it keeps the cursor's line only (the top may cut)
+    assert editable_region(SRC, 11, above=3, below=0, max_lines=1, language="python") == (11, 12)
+    # the end of an `if` header with its body below: the body comes in
+    assert editable_region(SRC, 12, above=0, below=0, language="python") == (12, 14)
+    # without a tree only the counts apply
+    assert editable_region(SRC, 10, above=0, below=0) == (10, 11)
+    assert editable_region(SRC, 12, above=30, below=30, max_lines=5) == (8, 13)
+
+
+def test_region_at_the_file_end_in_a_long_line_and_outside():
+    n = SRC.count("\n")
+    assert editable_region(SRC, n, language="python") == (n - 3, n + 1)  # the empty last line
+    assert editable_region("", 0) == (0, 1)
+    long = "x = 1\n" + "y = [" + "1, " * 400_000 + "]\n" + "z = 2\n"
+    with pytest.raises(RegionError):
+        editable_region(long, 1, language="python")
+    assert editable_region(long, 2, language="python") == (2, 4)  # the long line is left out above
+    with pytest.raises(PositionError):
+        editable_region(SRC, n + 1)
+
+
+# -- diff → edits -------------------------------------------------------------------------------
+def test_a_rename_is_one_small_edit_per_use():
+    old = "".join(LINES[9:16])
+    new = old.replace("path", "target")
+    edits = region_edits(old, new, 9)
+    assert len(edits) == 4 and all(e.text == "target" for e in edits)
+    assert all(e.start_line == e.end_line and e.end_col - e.start_col == 4 for e in edits)
+    assert edits[0] == TextEdit(10, 8, 10, 12, "target")
+    assert apply_edits(SRC, edits) == SRC.replace(old, new)
+
+
+def test_random_rewrites_round_trip():
+    rng = random.Random(0)
+    words = ["a", "bb", "x_y", " ", "\t", "(", ")", "\n", "\r\n", "é", "😀", "中文"]
+    for _ in range(300):
+        old = "".join(rng.choice(words) for _ in range(rng.randint(0, 40)))
+        new = list(old)
+        for _ in range(rng.randint(0, 5)):
+            i = rng.randint(0, len(new))
+            if rng.random() < 0.5 and i < len(new):
+                del new[i:i + rng.randint(1, 4)]
+            else:
+                new[i:i] = rng.choice(words)
+        new = "".join(new)
+        spans = span_edits(old, new)
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
+        text = "head\n" + old + "\ntail"
+        got = apply_edits(text, region_edits(old, new, 1))
+        assert got == "head\n" + new + "\ntail", (old, new)
+
+
+def test_lsp_positions_in_utf16_with_emoji_and_cjk():
+    text = "a = '😀😀'\nb = '中文' + x\n"
+    doc = Document("file:///t.py", text, "python", encoding="utf-16")
+    old = text
+    new = text.replace("+ x", "+ y")
+    edits = region_edits(old, new, 0)
+    assert edits == [TextEdit(1, 11, 1, 12, "y")]
+    assert lsp_edits(doc, edits) == [{"range": {"start": {"line": 1, "character": 11},
+                                                "end": {"line": 1, "character": 12}}, "newText": "y"}]
+    new = text.replace("'😀😀'", "'😀😁'")
+    (e,) = region_edits(old, new, 0)
+    assert (e.start_col, e.end_col) == (6, 7)  # chars: the second emoji
+    (r,) = lsp_edits(doc, [e])
+    assert (r["range"]["start"]["character"], r["range"]["end"]["character"]) == (7, 9)  # UTF-16: surrogate pairs
+    doc8 = Document("file:///t.py", text, "python", encoding="utf-8")
+    (r,) = lsp_edits(doc8, [e])
+    assert (r["range"]["start"]["character"], r["range"]["end"]["character"]) == (9, 13)
+
+
+# -- history ------------------------------------------------------------------------------------
+def test_history_from_two_versions():
+    before = SRC.replace("def add(self, name, value)", "def add(self, key, value)")
+    items = from_versions(SRC, before, "store.py")
+    assert items == [HistoryItem("store.py", LINES[9], LINES[9].replace("name, value", "key, value"))]
+    assert from_versions(SRC, SRC, "store.py") == []
+    with pytest.raises(HistoryError):
+        from_versions("completely\ndifferent\n", SRC, "store.py")
+
+
+def test_history_from_the_language_servers_events():
+    h = EditHistory()
+    doc = Document("file:///s.py", SRC, "python")
+    at = SRC.index("name, value")
+    h.record(doc.uri, SRC, Change(at, at + 4, "key"), now=0.0)
+    (item,) = from_events(h.recent(), lambda uri: "s.py")
+    assert item == HistoryItem("s.py", LINES[9], LINES[9].replace("name, value", "key, value"))
+
+
+# -- predict's rules, on an engine that answers a chosen rewrite -----------------------------------
+class Scripted:
+    """An EngineClient's `rewrite` that answers `answer(region)` and records the request."""
+
+    def __init__(self, answer, stop_reason: str = "eos", malformed: bool = False):
+        self.answer, self.stop_reason, self.malformed = answer, stop_reason, malformed
+        self.requests: list[EditPrompt] = []
+
+    def rewrite(self, request, *, fmt="auto", doc_key="_default", max_new=None, speculative=True, cancel=None):
+        self.requests.append(request)
+        return Completion(self.answer(request.region), new_tokens=7, target_forwards=2, accepted_per_forward=3.5,
+                          total_ms=1.0, speculative=speculative, stop_reason=self.stop_reason,
+                          extra={"edit_format": "completer", "malformed": self.malformed})
+
+
+CURRENT = SRC.replace("def add(self, name, value)", "def add(self, key, value)")
+HISTORY = from_versions(SRC, CURRENT, "store.py")
+
+
+def test_predict_edits_give_the_predicted_file():
+    eng = Scripted(lambda region: region.replace("(self.root,\n                            name)",
+                                                 "(self.root,\n                            key)"))
+    ne = predict(eng, CURRENT, 9, 21, HISTORY, path="store.py")
+    assert ne.dropped is None and ne.region == (9, 16)
+    assert [e.to_json() for e in ne.edits] == [{"start_line": 11, "start_col": 28, "end_line": 11, "end_col": 32,
+                                                "text": "key"}]
+    assert apply_edits(CURRENT, ne.edits) == CURRENT.replace("                            name)",
+                                                             "                            key)")
+    (req,) = eng.requests
+    assert req.region == "".join(CURRENT.splitlines(keepends=True)[9:16]) and req.history == tuple(HISTORY)
+    assert req.region[req.cursor:].startswith(", value)")
+    assert ne.to_json()["accepted_per_forward"] == 3.5 and "reason" not in ne.to_json()
+
+
+@pytest.mark.parametrize("answer, kw, reason", [
+    (lambda r: r, {}, "no_change"),
+    (lambda r: r.replace("key, value", "name, value"), {}, "undo"),
+    (lambda r: r.replace("return path", "return path)"), {}, "syntax"),
+    (lambda r: "", {"malformed": True}, "malformed"),
+    (lambda r: r[:20], {"stop_reason": "length"}, "too_long"),
+    (lambda r: r[:20], {"stop_reason": "cancelled"}, "cancelled"),
+])
+def test_predict_drop_rules(answer, kw, reason):
+    ne = predict(Scripted(answer, **kw), CURRENT, 9, 21, HISTORY, path="store.py")
+    assert (ne.dropped, ne.edits) == (reason, [])
+    assert ne.to_json()["reason"] == reason
+
+
+def test_predict_without_history_on_binary_or_a_long_line():
+    eng = Scripted(lambda r: r + "x\n")
+    assert predict(eng, CURRENT, 9, 0, [], path="store.py").dropped == "no_history"
+    assert predict(eng, "a\0b\n", 0, 0, HISTORY, path="b.bin").dropped == "binary"
+    long = "x = [" + "1, " * 400_000 + "]\n"
+    assert predict(eng, long, 0, 3, HISTORY, path="l.py").dropped == "too_long"
+    assert eng.requests == []
+    with pytest.raises(PositionError):
+        predict(eng, CURRENT, 99, 0, HISTORY, path="store.py")
+    # a plain-text file: no syntax rule, the edit goes through
+    ne = predict(eng, "one\ntwo\n", 1, 0, [HistoryItem("t.txt", "1\n", "one\n")], path="t.txt")
+    assert ne.dropped is None and apply_edits("one\ntwo\n", ne.edits) == "one\ntwo\nx\n"
+
+
+# -- formats ------------------------------------------------------------------------------------
+def test_format_detection():
+    assert detect("auto", fim="completer").name == "completer"
+    assert detect("auto", model="zed-industries/zeta").name == "zeta"
+    assert detect("auto", model="sweepai/sweep-next-edit-1.5B").name == "sweep"
+    assert detect("auto", fim="qwen", model="Qwen2.5-Coder-1.5B").name == "sweep"
+    assert detect("auto", model="x", has_token=lambda t: t == "<|file_sep|>").name == "sweep"
+    assert detect("auto", fim="starcoder", model="bigcode/starcoder2").name == "zeta"
+    assert detect("sweep", fim="completer").name == "sweep"
+    with pytest.raises(ValueError, match="next-edit format"):
+        detect("nope")
+
+
+def test_zeta_and_sweep_prompts_and_answers():
+    req = EditPrompt(tuple(HISTORY), "store.py", "".join(LINES[9:12]), 11, "class Store:\n", "    x\n")
+    zeta = EDIT_FORMATS["zeta"]
+    text = render(zeta.prompt(req))
+    assert text.startswith("### Instruction:\n") and text.endswith("### Response:\n\n")
+    assert 'User edited "store.py":\n```diff\n-    def add(self, name, value):\n+' in text
+    assert "class Store:\n<|editable_region_start|>\n    def add<|user_cursor_is_here|>(self" in text
+    assert zeta.region(zeta.draft(req)) == req.region
+    assert zeta.region("```store.py\n<|editable_region_start|>\nA<|user_cursor_is_here|>\n") == "A\n"
+    assert zeta.region("no markers") is None
+    sweep = EDIT_FORMATS["sweep"]
+    pieces = sweep.prompt(req)
+    assert [p.text for p in pieces if p.special] == ["<|file_sep|>"] * 4
+    text = render(pieces)
+    assert text.endswith("<|file_sep|>updated/store.py\n")
+    assert "<|file_sep|>store.py.diff\noriginal:\n    def add(self, name, value):\nupdated:\n" in text
+    assert f"<|file_sep|>current/store.py\n{req.region}<|file_sep|>" in text
+    assert sweep.region(sweep.draft(req)) == req.region
+
+
+# -- the engine's rewrite on the embedded pair ---------------------------------------------------
+@pytest.fixture(scope="module")
+def engine():
+    from completer.config import EngineConfig
+    from completer.engine.engine import Engine
+
+    e = Engine(EngineConfig(device="cpu"))
+    yield e
+    e.close()
+
+
+def test_rewrite_ids_equal_with_and_without_speculative_edits(engine):
+    for line in (9, 4, 18):
+        lo, hi = editable_region(CURRENT, line, language="python")
+        req = EditPrompt(tuple(HISTORY), "store.py", "".join(CURRENT.splitlines(keepends=True)[lo:hi]))
+        fast = engine.rewrite(req, doc_key="a", speculative=True)
+        plain = engine.rewrite(req, doc_key="b", speculative=False)
+        again = engine.rewrite(req, doc_key="a", speculative=True)  # the document's cache reused
+        assert fast.token_ids == plain.token_ids == again.token_ids and fast.new_tokens > 0
+        assert (fast.speculative, plain.speculative) == (True, False)
+        assert plain.accepted_per_forward == 1.0 and fast.target_forwards <= plain.target_forwards
+        assert fast.extra["edit_format"] == "completer" and fast.text == plain.text
+
+
+def test_rewrite_prompt_is_the_fine_tunes_sample(engine):
+    from draft_models.edit_data import make_task, sample_ids
+
+    tok = engine.tok
+    for seed in range(4):
+        t = make_task(SRC, "store.py", random.Random(seed))
+        ids, start = sample_ids(t, tok, lambda s: tok.encode(s).ids if s else [])
+        got = engine.edit_prompt(EditPrompt(tuple(t.history), t.path, t.region_text()), engine.edit_format())
+        assert got == ids[:start]
+
+
+def test_rewrite_refuses_what_does_not_fit(engine):
+    from completer.client import EngineError
+
+    req = EditPrompt(tuple(HISTORY), "store.py", "x = 1\n" * 600)
+    with pytest.raises(EngineError):
+        engine.rewrite(req)
+    with pytest.raises(EngineError, match="needs the token"):
+        engine.rewrite(EditPrompt(tuple(HISTORY), "store.py", "x\n"), fmt="sweep")
+
+
+# -- the CLI ------------------------------------------------------------------------------------
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(COMPLETER), "next-edit", *args], capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+def test_cli_json_contract(tmp_path):
+    old, new = tmp_path / "old.py", tmp_path / "store.py"
+    old.write_text(SRC)
+    new.write_text(CURRENT)
+    r = _run(str(new), "--line", "9", "--col", "21", "--before", str(old), "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert {"edits", "new_tokens", "target_forwards", "accepted_per_forward", "total_ms", "speculative"} <= set(out)
+    assert out["speculative"] is True and out["new_tokens"] > 0
+    assert (out["edits"] == []) == ("reason" in out)
+    edits = [TextEdit(**e) for e in out["edits"]]
+    assert isinstance(apply_edits(CURRENT, edits), str)
+    r = _run(str(new), "--line", "9", "--col", "21", "--before", str(new), "--json", "--no-speculative")
+    assert r.returncode == 0 and json.loads(r.stdout)["reason"] == "no_history"
+
+
+@pytest.mark.parametrize("case", ["unrelated", "missing", "binary", "position"])
+def test_cli_bad_input_exits_2(tmp_path, case):
+    new = tmp_path / "store.py"
+    new.write_text(CURRENT)
+    old = tmp_path / "old.py"
+    old.write_text({"unrelated": "nothing\nin common\n", "missing": "", "binary": "", "position": SRC}[case])
+    if case == "binary":
+        old.write_bytes(b"\x00\x01\x02")
+    if case == "missing":
+        old.unlink()
+    line = "99" if case == "position" else "9"
+    r = _run(str(new), "--line", line, "--col", "0", "--before", str(old), "--json")
+    assert r.returncode == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("completer: error: ")
