@@ -1,5 +1,5 @@
 // The demo page's logic without the DOM: the WebSocket client for `completer serve`
-// (hello, complete with streamed chunks, warmup, cancel, feedback, error frames) and the
+// (hello, complete with streamed chunks, next_edit, warmup, cancel, feedback, error frames) and the
 // ghost-text rules (triggers, word and line accept, type-through, the accept guard after a ghost
 // is taken back). editor.js wires it to the page.
 import { decode, encode as encodeAll } from "@msgpack/msgpack";
@@ -103,7 +103,8 @@ export function withToken(url, token) {
 /**
  * One connection to `completer serve`. Events (set as properties):
  *   onState(state, detail)  state: "connecting" | "open" | "ready" | "closed"
- *   onChunk(id, delta), onDone(id, text, cancelled, stats), onError(id, code, message)
+ *   onChunk(id, delta), onDone(id, text, cancelled, stats), onError(id, code, message),
+ *   onNextEdit(id, edits, reason, stats)  edits: [{start_line, start_col, end_line, end_col, text}]
  * Frames for requests other than the latest are still passed on: the caller decides by id.
  */
 export class CompleterClient {
@@ -122,6 +123,7 @@ export class CompleterClient {
     this.onChunk = () => {};
     this.onDone = () => {};
     this.onError = () => {};
+    this.onNextEdit = () => {};
   }
 
   connect() {
@@ -194,6 +196,10 @@ export class CompleterClient {
         if (msg.id !== null && msg.id !== undefined) this.inflight.delete(msg.id);
         this.onError(msg.id ?? null, msg.code ?? "error", msg.message ?? "");
         break;
+      case "next_edit":
+        this.inflight.delete(msg.id);
+        this.onNextEdit(msg.id, Array.isArray(msg.edits) ? msg.edits : [], msg.reason ?? null, msg.stats ?? {});
+        break;
       case "pong":
         break;
       default:
@@ -208,6 +214,17 @@ export class CompleterClient {
     const ok = this.send({ type: "complete", id, doc, prefix, suffix, language,
                            max_new_tokens: maxNewTokens, stream: true });
     if (!ok) return null;
+    this.inflight.add(id);
+    return id;
+  }
+
+  /**
+   * Ask for the next edit in `text` (cursor at 0-based `line`, `col` in code points) given the
+   * same document `before` the recent edits; returns its id, or null when not connected.
+   */
+  nextEdit({ doc, text, line, col, before, language }) {
+    const id = this.nextId++;
+    if (!this.send({ type: "next_edit", id, text, line, col, before, path: doc, language })) return null;
     this.inflight.add(id);
     return id;
   }

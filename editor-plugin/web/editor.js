@@ -1,8 +1,10 @@
 // The demo page: a CodeMirror 6 editor (Python) whose ghost text streams in from `completer
-// serve` as chunks arrive. Query parameters: ws (WebSocket URL), token, debounce (ms), max
-// (max_new_tokens), doc (document name), lang (language id), guard (ms the accept keys do nothing
-// after a shown ghost was taken back, default 300). Keys: Tab accepts all, Ctrl+→ a word, Ctrl+↓
-// a line, Esc dismisses; without ghost text they do what they usually do.
+// serve` as chunks arrive, and next-edit suggestions (`next_edit` frames) drawn in place. Query
+// parameters: ws (WebSocket URL), token, debounce (ms), max (max_new_tokens), doc (document
+// name), lang (language id), guard (ms the accept keys do nothing after a shown ghost was taken
+// back, default 300), next (0: no next edits), next_debounce (ms after the last edit before a
+// next edit is asked for, default 300). Keys: Tab accepts all (the ghost, else the next edit),
+// Ctrl+→ a word, Ctrl+↓ a line, Esc dismisses; without either they do what they usually do.
 import { defaultKeymap, history, historyKeymap, indentWithTab } from "@codemirror/commands";
 import { python } from "@codemirror/lang-python";
 import { HighlightStyle, syntaxHighlighting } from "@codemirror/language";
@@ -10,6 +12,8 @@ import { EditorState, Prec } from "@codemirror/state";
 import { EditorView, drawSelection, highlightActiveLine, keymap, lineNumbers } from "@codemirror/view";
 import { ACCEPT_GUARD_MS, AcceptGuard, CompleterClient, formatStats, isWarmupTrigger, isWithdrawal } from "./client.js";
 import { acceptSpec, ghostDecorations, ghostField, setGhost } from "./ghost.js";
+import { EditSnapshot, acceptNextEditSpec, editsToChanges, nextEditDecorations, nextEditField, setNextEdit,
+         toCodePoints } from "./nextedit.js";
 import { tags as t } from "@lezer/highlight";
 
 /** Syntax colours for the page's dark background. */
@@ -31,6 +35,8 @@ const cfg = {
   doc: params.get("doc") || "demo.py",
   language: params.get("lang") || "python",
   guardMs: Number(params.get("guard") ?? ACCEPT_GUARD_MS),
+  nextEdit: params.get("next") !== "0",
+  nextDebounceMs: Number(params.get("next_debounce") ?? 300),
 };
 
 const $ = (id) => document.getElementById(id);
@@ -46,6 +52,9 @@ let client = null;
 let retryMs = 500;
 let view = null;
 const guard = new AcceptGuard(cfg.guardMs);
+/** The next-edit request in flight or shown: its id and the text it was asked on. */
+const edit = { id: null, text: null, timer: null };
+let snapshot = null;
 
 function setState(state, text) {
   document.body.dataset.state = state;
@@ -109,8 +118,13 @@ const accept = (unit) => (v) => {
   if (guard.blocking) return true;
   const a = acceptSpec(v.state, unit);
   if (!a) return false;
+  snapshot.changed(v.state.doc.toString());
   v.dispatch(a.spec);
   cur.accepted += a.taken.length;
+  if (edit.id !== null) client.cancel(edit.id);
+  edit.id = null;
+  // All taken: the next edit is asked for at once (chained); a part: after the usual wait.
+  askNextEdit(a.rest ? cfg.nextDebounceMs : 0);
   if (!a.rest) {
     client.feedback(cur.id, true, cur.accepted);
     Object.assign(cur, { id: null, at: -1, streamed: "", accepted: 0 });
@@ -119,8 +133,49 @@ const accept = (unit) => (v) => {
   return true;
 };
 
+/** Tab without a ghost: applies the next edit shown (then asks for the one after it at once). */
+function acceptNextEdit(v) {
+  const spec = acceptNextEditSpec(v.state);
+  if (!spec) return false;
+  const id = v.state.field(nextEditField).id;
+  snapshot.changed(v.state.doc.toString());
+  v.dispatch(spec);
+  client.feedback(id, true);
+  edit.id = null;
+  askNextEdit(0);
+  return true;
+}
+
+/** Drops the next edit shown (reported as rejected) and the request in flight. */
+function dropNextEdit(v) {
+  clearTimeout(edit.timer);
+  const shown = v.state.field(nextEditField);
+  if (shown) {
+    v.dispatch({ effects: setNextEdit.of(null) });
+    client.feedback(shown.id, false);
+  } else if (edit.id !== null) {
+    client.cancel(edit.id);
+  }
+  edit.id = null;
+  return Boolean(shown);
+}
+
+/** Asks for the next edit `ms` from now (a newer call restarts the wait). */
+function askNextEdit(ms) {
+  clearTimeout(edit.timer);
+  if (!cfg.nextEdit) return;
+  edit.timer = setTimeout(() => {
+    const state = view.state, text = state.doc.toString();
+    if (!client || text === snapshot.text) return; // no edit to go on
+    const pos = state.selection.main.head, line = state.doc.lineAt(pos);
+    const id = client.nextEdit({ doc: cfg.doc, language: cfg.language, text, before: snapshot.text,
+                                 line: line.number - 1, col: toCodePoints(line.text, pos - line.from) });
+    Object.assign(edit, { id, text });
+  }, ms);
+}
+
 function dismiss(v) {
-  if (!v.state.field(ghostField) && cur.id === null) return false;
+  if (!v.state.field(ghostField) && cur.id === null) return dropNextEdit(v);
   clearTimeout(debounceTimer);
   showGhost(null);
   forget(true);
@@ -131,8 +186,16 @@ function dismiss(v) {
 const onUpdate = EditorView.updateListener.of((u) => {
   const before = u.startState.field(ghostField), after = u.state.field(ghostField);
   document.body.dataset.ghost = after ? "shown" : "none";
-  if (u.transactions.some((tr) => tr.isUserEvent("input.complete") || tr.effects.length)) return;
+  document.body.dataset.nextEdit = u.state.field(nextEditField) ? "shown" : "none";
+  const applied = u.transactions.some((tr) => tr.isUserEvent("input.nextedit"));
+  const dropped = u.docChanged && !applied && u.startState.field(nextEditField);
+  if (dropped) client.feedback(dropped.id, false); // typed on, or took a ghost instead: rejected
+  if (u.transactions.some((tr) => tr.isUserEvent("input.complete") || tr.effects.length) || applied) return;
   if (u.docChanged) {
+    if (edit.id !== null) client.cancel(edit.id);
+    edit.id = null;
+    snapshot.changed(u.startState.doc.toString());
+    askNextEdit(cfg.nextDebounceMs);
     if (before && after) client.cancel(cur.id); // typed through: keep the rest, ask again
     else forget(Boolean(before));
     let inserted = null;
@@ -182,6 +245,15 @@ function connect(url) {
     latencyEl.dataset.request = String(id);  // whose done frame the line shows (timings can repeat)
     if (!text) cur.id = null;
   };
+  client.onNextEdit = (id, edits) => {
+    if (id !== edit.id) return;
+    edit.id = null;
+    // Computed on another text than the one on screen: dropped, never applied.
+    if (view.state.doc.toString() !== edit.text) return;
+    const changes = editsToChanges(view.state.doc, edits);
+    if (changes === null) showError(id, "client_next_edit", "edits outside the document or overlapping");
+    else if (changes.length) view.dispatch({ effects: setNextEdit.of({ id, changes }) });
+  };
   client.onError = (id, code, message) => {
     showError(id, code, message);
     if (id !== null && id === cur.id) {
@@ -200,7 +272,7 @@ view = new EditorView({
     doc: START,
     extensions: [
       Prec.highest(keymap.of([
-        { key: "Tab", run: accept("all") },
+        { key: "Tab", run: (v) => accept("all")(v) || acceptNextEdit(v) },
         { key: "Ctrl-ArrowRight", mac: "Cmd-ArrowRight", run: accept("word") },
         { key: "Ctrl-ArrowDown", mac: "Cmd-ArrowDown", run: accept("line") },
         { key: "Escape", run: dismiss },
@@ -208,11 +280,12 @@ view = new EditorView({
       lineNumbers(), history(), drawSelection(), highlightActiveLine(),
       syntaxHighlighting(highlight), python(),
       keymap.of([...defaultKeymap, ...historyKeymap, indentWithTab]),
-      ghostField, ghostDecorations, onUpdate,
+      ghostField, ghostDecorations, nextEditField, nextEditDecorations, onUpdate,
     ],
   }),
 });
 window.completerView = view; // for tests and the console
+snapshot = new EditSnapshot(view.state.doc.toString());
 
 $("connect").addEventListener("click", () => {
   cfg.ws = wsInput.value.trim();

@@ -174,3 +174,18 @@ test("after a withdrawal the accept keys are held for the guard's time, then fre
   now += 1;
   assert.equal(g.blocking, false);
 });
+
+test("next_edit: the request carries text, before and the cursor; the reply reaches onNextEdit", () => {
+  const { c, ws } = connected();
+  const got = [];
+  c.onNextEdit = (id, edits, reason, stats) => got.push([id, edits, reason, stats]);
+  const id = c.nextEdit({ doc: "a.py", text: "b = 1\n", before: "a = 1\n", line: 0, col: 1, language: "python" });
+  assert.deepEqual(ws.sent.at(-1), { type: "next_edit", id, text: "b = 1\n", line: 0, col: 1, before: "a = 1\n",
+                                     path: "a.py", language: "python" });
+  const edits = [{ start_line: 1, start_col: 0, end_line: 1, end_col: 1, text: "b" }];
+  ws.serve({ type: "next_edit", id, edits, stats: { total_ms: 5 } });
+  assert.deepEqual(got, [[id, edits, null, { total_ms: 5 }]]);
+  assert.equal(c.cancel(id), false, "answered: no longer in flight");
+  ws.serve({ type: "next_edit", id: id + 1 });
+  assert.deepEqual(got.at(-1)[1], [], "no edits field: nothing to suggest");
+});
