@@ -1,5 +1,6 @@
-"""The CPU decode step (np_runner.py) computes LlamaRunner's forward for every layout and weight
-storage it accepts, generates HF's greedy ids as a target, and leaves the rest to LlamaRunner."""
+"""The NumPy decode step (np_runner.py, the fallback where the native step is unavailable: these
+tests turn it off) computes LlamaRunner's forward for every layout and weight storage it accepts,
+generates HF's greedy ids as a target, and leaves the rest to LlamaRunner."""
 from __future__ import annotations
 
 import random
@@ -18,6 +19,13 @@ from completer.engine.sampling import Sampling
 from completer.engine.speculative import generate
 
 torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def numpy_step(monkeypatch):
+    monkeypatch.setenv("COMPLETER_NATIVE", "0")  # make_runner's fallback (test_native_step.py)
+
+
 STORAGE = {"fp32": None, "fp16": MODE_GROUPS["fp16"], "int8": MODE_GROUPS["fast-int8"],
            "bf16-embed": "embed=bf16"}
 

@@ -58,11 +58,12 @@ def test_sync_keeps_longest_common_prefix():
 
 
 @pytest.mark.parametrize("kv_heads", [1, 2, 4])
-def test_numpy_draft_runner_matches_the_lean_runner(kv_heads):
+def test_numpy_draft_runner_matches_the_lean_runner(kv_heads, monkeypatch):
     """The draft's NumPy runner computes the same forward (float32 rounding), through prefill,
     single steps, rollbacks and a restricted LM head."""
     from completer.engine.np_runner import NumpyRunner
 
+    monkeypatch.setenv("COMPLETER_NATIVE", "0")  # the NumPy step (the native one: test_native_step.py)
     model = random_llama(64, 2, seed=40 + kv_heads, vocab=300, kv_heads=kv_heads, dtype=torch.float32)
     w = LlamaWeights.from_hf(model)
     w.restrict_head(list(range(299, 0, -3)))
@@ -80,11 +81,14 @@ def test_numpy_draft_runner_matches_the_lean_runner(kv_heads):
         got.forward(list(range(250)))
 
 
-def test_numpy_runner_only_where_it_applies():
+def test_numpy_runner_only_where_it_applies(monkeypatch):
+    from completer.engine.native_runner import NativeRunner
     from completer.engine.np_runner import NumpyRunner
     from completer.engine.quant import quantize_weights
 
     f32 = LlamaWeights.from_hf(random_llama(32, 1, seed=2, dtype=torch.float32))
+    assert isinstance(make_runner(f32), NativeRunner)
+    monkeypatch.setenv("COMPLETER_NATIVE", "0")
     assert isinstance(make_runner(f32), NumpyRunner)
     assert isinstance(make_runner(f32), LlamaRunner)  # targets stay on the torch runner
     assert isinstance(make_runner(random_llama(32, 1, seed=2)), LlamaRunner)  # float64

@@ -1,9 +1,10 @@
 """Which runner serves a model: the one place that knows every implementation (runner.py's lean
-and HF runners, np_runner.py's NumPy step, cuda_graphs.py's graph replay), so they import
-runner.py and never each other."""
+and HF runners, native_runner.py's native step, np_runner.py's NumPy step, cuda_graphs.py's graph
+replay), so they import runner.py and never each other."""
 from __future__ import annotations
 
 from .cuda_graphs import GraphRunner
+from .native_runner import NativeRunner, native_or_none
 from .np_runner import NumpyRunner, eligible
 from .runner import HFRunner, LlamaRunner, LlamaWeights, _Runner, lean_supported
 
@@ -12,8 +13,8 @@ def make_runner(model, max_len: int | None = None, lean: bool = True, threads: i
     """A runner for `model`: LlamaWeights → lean; an HF model → lean when its config is in the
     family table (families.py) and its linears are plain, else HF.
     On the CPU, a plain Llama layer with float32 / fp16 / int8 weights (target or draft) decodes
-    through np_runner.py's step (NumPy glue, fbgemm/BLAS products: 1.5-2.5x cheaper steps) on
-    `threads` torch threads (EngineConfig.decode_threads)."""
+    through native_runner.py's one-call step on `threads` threads (EngineConfig.decode_threads),
+    or np_runner.py's NumPy step where the native library is unavailable (logged once, with why)."""
     w = model if isinstance(model, LlamaWeights) else None
     if w is None and lean and lean_supported(model):
         w = getattr(model, "_lean_weights", None)
@@ -24,5 +25,6 @@ def make_runner(model, max_len: int | None = None, lean: bool = True, threads: i
     if w.device.type == "cuda":  # static shapes replayed as CUDA graphs (cuda_graphs.py)
         return GraphRunner(w, max_len)
     if lean and eligible(w):
-        return NumpyRunner(w, max_len, threads)
+        lib = native_or_none()
+        return NumpyRunner(w, max_len, threads) if lib is None else NativeRunner(w, lib, max_len, threads)
     return LlamaRunner(w, max_len)

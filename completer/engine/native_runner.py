@@ -1,0 +1,143 @@
+"""The native CPU decode step: one C++ call per short forward (completer_kernels.native), target
+and draft alike, for the models np_runner.py's NumPy step takes (Llama, Mistral's window, Qwen2's
+biases, Qwen3's q/k norm; float32, fp16-storage and fbgemm-int8 weights).
+
+Why: the NumPy step spends more than half of its time outside arithmetic (perf: CPython, NumPy
+dispatch, allocation), ~25 small operations per layer around 4 products; here embedding, norms,
+products, RoPE, the K/V write into the runner's own cache, attention, the MLP and the LM head run
+in one call, so a verify of k drafts costs about what its products cost. Results equal the torch
+forward's up to float32 summation order; int8 follows fbgemm's dynamic quantization step by step
+(per-tensor uint8 activations, reduce_range), so it matches the fbgemm path too.
+
+Long forwards (prompt prefill, > SHORT tokens) stay on torch's batched forward (`LlamaRunner`) over
+the same K/V memory, and batched steps (batch.py) still run `forward_many`.
+
+The library is compiled on first use for this CPU's vector extensions (kernels/native.py, ~1.5 s
+once per machine). Where it cannot be (no compiler, no AVX2, COMPLETER_NATIVE=0) `make_runner`
+keeps the NumPy step and logs why, once.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from completer_kernels import native
+
+from ..config import env
+from .np_runner import NumpyRunner, eligible
+from .quant import Fp16Weight, Int8Weight
+from .runner import LlamaRunner, LlamaWeights
+
+log = logging.getLogger(__name__)
+_announced: set[str] = set()
+
+
+def cache_dir() -> Path:
+    return Path(env("XDG_CACHE_HOME") or Path.home() / ".cache") / "completer" / "native"
+
+
+def library() -> tuple[ctypes.CDLL | None, str]:
+    """(the native step's library, its ISA) or (None, why it is not used)."""
+    if (env("COMPLETER_NATIVE") or "1").lower() in ("0", "off", "false", "no"):
+        return None, "disabled by COMPLETER_NATIVE"
+    return native.load(cache_dir())
+
+
+def native_or_none():
+    """The library, or None after logging (once per reason) that the NumPy step serves instead."""
+    lib, why = library()
+    if lib is None and why not in _announced:
+        _announced.add(why)
+        log.warning("native decode step unavailable (%s): using the NumPy step", why)
+    return lib
+
+
+def _pack(m, bw: int, bias: torch.Tensor | None) -> native.Packed:
+    b = None if bias is None else bias.float().numpy()
+    if isinstance(m, Fp16Weight):
+        w = torch.ops.quantized.linear_unpack_fp16(m._packed)[0]  # the fp16 values, widened
+        return native.Packed("f16", bw, w.numpy(), b)
+    if isinstance(m, Int8Weight):
+        qw = torch.ops.quantized.linear_unpack(m._packed)[0]
+        return native.Packed("int8", bw, bias=b, q=qw.int_repr().numpy(), scale=qw.q_per_channel_scales().float().numpy())
+    return native.Packed("f32", bw, m.numpy(), b)
+
+
+_EMBED_KIND = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+
+
+class NativeWeights:
+    """A LlamaWeights in the kernels' layout (one copy per model, shared by its runners)."""
+
+    def __init__(self, w: LlamaWeights, lib: ctypes.CDLL):
+        bw = lib.nstep_block_width()
+        lay = w.layout
+
+        def vec(t: torch.Tensor | None) -> np.ndarray | None:
+            return None if t is None else np.ascontiguousarray(t.float().numpy())
+
+        self.keep: list = []  # every array a pointer below refers to
+
+        def p(a):
+            if a is None:
+                return None
+            self.keep.append(a)
+            return a.ctypes.data if isinstance(a, np.ndarray) else a.data_ptr()
+
+        layers = []
+        for (w_in, qkv, o, w_post, gu, down), e in zip(w.layers, w.extra):
+            mats = [_pack(qkv, bw, e.qkv_b), _pack(o, bw, e.o_b), _pack(gu, bw, e.gu_b), _pack(down, bw, e.down_b)]
+            self.keep += mats
+            layers.append(native.Layer(p(vec(w_in)), p(vec(w_post)), p(vec(e.q_norm)), p(vec(e.k_norm)),
+                                       *(m.mat for m in mats)))
+        self.layers = (native.Layer * len(layers))(*layers)
+        head = _pack(w.lm_head, bw, None)
+        self.keep.append(head)
+        embed = w.embed.contiguous()
+        inter = (w.layers[0][4].shape[0]) // 2  # gate and up stacked
+        self.vocab = embed.shape[0]
+        self.model = native.Model(embed.shape[1], w.n_heads, w.n_kv, w.hd, inter, len(layers),
+                                  head.mat.N, lay.sliding_window or 0, _EMBED_KIND[embed.dtype], w.eps,
+                                  p(embed), p(vec(w.norm)), self.layers, head.mat)
+        self.nbytes = sum(m.nbytes() for m in self.keep if isinstance(m, native.Packed))
+
+
+class NativeRunner(LlamaRunner):
+    """A LlamaRunner whose short forwards (decode steps, verifies, a few tokens of catch-up) are one
+    call into the native step over the same K/V memory; prefill stays on torch."""
+
+    SHORT = NumpyRunner.SHORT  # tokens; longer forwards take torch's batched path
+
+    def __init__(self, weights: LlamaWeights, lib: ctypes.CDLL, max_len: int | None = None, threads: int = 1):
+        if not eligible(weights):
+            raise ValueError("NativeRunner needs a plain Llama layer on the CPU with float32, fp16 or int8 weights")
+        super().__init__(weights, max_len)
+        w = weights
+        cached = getattr(w, "_native", None)
+        if cached is None or cached[0] is not w.lm_head:  # (re)built after restrict_head
+            cached = w._native = (w.lm_head, NativeWeights(w, lib))
+        self.nw = cached[1]
+        self.lib, self.threads = lib, threads
+        self._model = ctypes.byref(self.nw.model)
+        self._rot = self.rot.contiguous()
+        self._out_cols = self.nw.model.V
+
+    def forward(self, new_ids: list[int]) -> torch.Tensor:
+        """Append `new_ids`; their logits [T, V] (or over `head_rows`) as a float32 tensor."""
+        p, T = len(self.ids), len(new_ids)
+        if T > self.SHORT or T == 0:
+            return super().forward(new_ids)
+        if p + T > self.max_len:
+            raise ValueError(f"context of {p + T} tokens exceeds the model's {self.max_len}")
+        if min(new_ids) < 0 or max(new_ids) >= self.nw.vocab:
+            raise IndexError(f"token id out of range 0..{self.nw.vocab - 1}")
+        ids = np.array(new_ids, dtype=np.int64)
+        out = np.empty((T, self._out_cols), np.float32)
+        self.lib.nstep_forward(self._model, self.k.data_ptr(), self.v.data_ptr(), self.max_len, self._rot.data_ptr(),
+                               ids.ctypes.data, T, p, out.ctypes.data, self.threads)
+        self.ids.extend(new_ids)
+        return torch.from_numpy(out)

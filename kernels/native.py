@@ -1,0 +1,156 @@
+"""The native decode step (native/step.cpp): built on this machine at first use, loaded by ctypes.
+
+Why compiled here and not shipped: the kernels use the widest vector extensions the CPU reports
+(AVX-512 + VNNI, or AVX2 + FMA + F16C), and one machine's binary can fault on the next (these VMs
+alternate AMD AVX2-only, AMD AVX-512 and Intel AVX-512 with AMX that faults). So the flags come
+from /proc/cpuinfo at run time (never -march=native, never AMX) and each set gets its own
+library in the cache, keyed by the source, the flags and the compiler. One translation unit, no
+torch or Python headers: ~1.5 s of g++ once per machine and feature set. Without a compiler or
+AVX2 `load()` returns None and the reason, and callers keep the NumPy step.
+
+`pack(w, kind)` lays a weight out as the kernels read it (see step.cpp's header): blocks of BW
+output columns, f32/f16 as [N/BW][K][BW], int8 as [N/BW][K/4][BW][4] with per-channel scales
+and column sums for fbgemm's zero-point correction.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import numpy as np
+
+SOURCE = Path(__file__).with_name("native") / "step.cpp"
+_lock = threading.Lock()
+_loaded: dict[tuple, tuple[ctypes.CDLL | None, str]] = {}
+
+
+def cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
+def isa_flags(flags: set[str]) -> tuple[str, list[str]] | None:
+    """(name, compiler flags) for the widest supported set, None below AVX2 + FMA + F16C."""
+    if not {"avx2", "fma", "f16c"} <= flags:
+        return None
+    base = ["-mavx2", "-mfma", "-mf16c"]
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+        if "avx512_vnni" in flags:
+            return "avx512vnni", base + ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni"]
+        return "avx512", base + ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq"]
+    return "avx2", base
+
+
+class Mat(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int32), ("N", ctypes.c_int32), ("K", ctypes.c_int32), ("Kp", ctypes.c_int32),
+                ("w", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("colsum", ctypes.c_void_p),
+                ("bias", ctypes.c_void_p)]
+
+
+class Layer(ctypes.Structure):
+    _fields_ = [("w_in", ctypes.c_void_p), ("w_post", ctypes.c_void_p), ("q_norm", ctypes.c_void_p),
+                ("k_norm", ctypes.c_void_p), ("qkv", Mat), ("o", Mat), ("gu", Mat), ("down", Mat)]
+
+
+class Model(ctypes.Structure):
+    _fields_ = [("D", ctypes.c_int32), ("H", ctypes.c_int32), ("Hkv", ctypes.c_int32), ("hd", ctypes.c_int32),
+                ("I", ctypes.c_int32), ("L", ctypes.c_int32), ("V", ctypes.c_int32), ("window", ctypes.c_int32),
+                ("embed_kind", ctypes.c_int32), ("eps", ctypes.c_float), ("embed", ctypes.c_void_p),
+                ("norm", ctypes.c_void_p), ("layers", ctypes.POINTER(Layer)), ("head", Mat)]
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+
+
+def _build(cache: Path, cxx: str, name: str, flags: list[str]) -> Path:
+    src = SOURCE.read_bytes()
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False).stdout
+    key = hashlib.sha256(src + " ".join(flags).encode() + version.encode()).hexdigest()[:16]
+    out = cache / f"step-{name}-{key}.so"
+    if out.is_file():
+        return out
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    r = subprocess.run([cxx, "-O3", "-shared", "-fPIC", "-fopenmp", *flags, str(SOURCE), "-o", str(tmp)],
+                       capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError(f"{cxx} failed: {r.stderr.strip()[-300:]}")
+    tmp.replace(out)  # atomic: a concurrent process loads either nothing or the whole library
+    return out
+
+
+def load(cache: Path, flags: set[str] | None = None) -> tuple[ctypes.CDLL | None, str]:
+    """(the library, its ISA name) or (None, why not); built into `cache` on first use. `flags`:
+    CPU flags to build for instead of this CPU's (tests build the AVX2 variant on AVX-512)."""
+    key = (cache, None if flags is None else frozenset(flags))
+    with _lock:
+        if key not in _loaded:
+            _loaded[key] = _load(cache, cpu_flags() if flags is None else flags)
+        return _loaded[key]
+
+
+def _load(cache: Path, flags: set[str]) -> tuple[ctypes.CDLL | None, str]:
+    isa = isa_flags(flags)
+    if isa is None:
+        return None, "this CPU reports no AVX2/FMA/F16C (or no /proc/cpuinfo)"
+    cxx = _compiler()
+    if cxx is None:
+        return None, "no C++ compiler (install g++)"
+    import torch  # noqa: F401  (its libgomp first: the library then shares torch's OpenMP runtime)
+
+    try:
+        lib = ctypes.CDLL(str(_build(cache, cxx, *isa)))
+    except (OSError, RuntimeError) as e:
+        return None, f"building the native step failed: {e}"
+    lib.nstep_forward.argtypes = [ctypes.POINTER(Model), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                  ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                                  ctypes.c_int]
+    lib.nstep_matmul.argtypes = [ctypes.POINTER(Mat), ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    return lib, isa[0]
+
+
+def ptr(a: np.ndarray | None) -> int | None:
+    return None if a is None else a.ctypes.data
+
+
+class Packed:
+    """One weight in the kernels' layout, with the arrays its `Mat` points into (kept alive here)."""
+
+    def __init__(self, kind: str, bw: int, w: np.ndarray | None = None, bias: np.ndarray | None = None, *,
+                 q: np.ndarray | None = None, scale: np.ndarray | None = None):
+        """kind f32 / f16: `w` [N, K] float; int8: `q` [N, K] int8 and `scale` [N]."""
+        N, K = (w if q is None else q).shape
+        Np = -(-N // bw) * bw
+        self.bias = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
+        self.scale = self.colsum = None
+        if kind == "int8":
+            Kp = -(-K // 4) * 4
+            qp = np.zeros((Np, Kp), np.int8)
+            qp[:N, :K] = q
+            self.w = np.ascontiguousarray(qp.reshape(Np // bw, bw, Kp // 4, 4).transpose(0, 2, 1, 3))
+            self.scale = np.zeros(Np, np.float32)
+            self.scale[:N] = scale
+            self.colsum = qp.sum(1, dtype=np.int32)
+            code = 2
+        else:
+            Kp = K
+            dt = np.float16 if kind == "f16" else np.float32
+            wp = np.zeros((Np, K), dt)
+            wp[:N] = w
+            self.w = np.ascontiguousarray(wp.reshape(Np // bw, bw, K).transpose(0, 2, 1))
+            code = 1 if kind == "f16" else 0
+        self.mat = Mat(code, N, K, Kp, ptr(self.w), ptr(self.scale), ptr(self.colsum), ptr(self.bias))
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.w, self.scale, self.colsum) if a is not None)

@@ -1,0 +1,576 @@
+// The native decode step (completer_kernels.native): one call per forward of T = 1..32 new
+// tokens of a Llama-layout model (Llama, Mistral's window, Qwen2's biases, Qwen3's q/k norm):
+// embedding, RMSNorm, the products, q/k norm, RoPE, the K/V write into the runner's cache,
+// attention over the cached positions, the gated SiLU MLP, residuals and the LM head, with no
+// Python in between. Built on the user's machine with the vector extensions its CPU reports
+// (native.py picks -mavx512* or -mavx2; never -march=native, never AMX), one library per set.
+//
+// Products y[T, N] = x[T, K] @ W^T read W once per block of BW output columns for all T rows:
+// - f32 / f16 weights: blocked [N/BW][K][BW] (f16 widened in registers, fp32 math);
+// - int8: fbgemm's dynamic scheme, so results match the fbgemm path the Python step takes:
+//   per-tensor asymmetric uint8 activations in [0, 127] (reduce_range), per-channel symmetric
+//   int8 weights blocked [N/BW][K/4][BW][4] for vpdpbusd (AVX512-VNNI) or vpmaddubsw.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if defined(__AVX512F__)
+typedef __m512 V;
+typedef __m512i VI;
+constexpr int VW = 16;
+static inline V vload(const float* p) { return _mm512_loadu_ps(p); }
+static inline V vloadh(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p)); }
+static inline V vset1(float x) { return _mm512_set1_ps(x); }
+static inline V vzero() { return _mm512_setzero_ps(); }
+static inline V vfma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+static inline V vadd(V a, V b) { return _mm512_add_ps(a, b); }
+static inline V vmul(V a, V b) { return _mm512_mul_ps(a, b); }
+static inline void vstore(float* p, V v) { _mm512_storeu_ps(p, v); }
+static inline VI viload(const void* p) { return _mm512_loadu_si512(p); }
+static inline VI viset1(int32_t x) { return _mm512_set1_epi32(x); }
+static inline VI vizero() { return _mm512_setzero_si512(); }
+static inline VI vdot4(VI acc, VI a_u8, VI b_s8) {
+#if defined(__AVX512VNNI__)
+  return _mm512_dpbusd_epi32(acc, a_u8, b_s8);
+#else
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(a_u8, b_s8), _mm512_set1_epi16(1)));
+#endif
+}
+static inline V vcvt(VI x) { return _mm512_cvtepi32_ps(x); }
+static inline VI visub(VI a, VI b) { return _mm512_sub_epi32(a, b); }
+static inline VI vimul(VI a, VI b) { return _mm512_mullo_epi32(a, b); }
+static inline void vistore(int32_t* p, VI v) { _mm512_storeu_si512(p, v); }
+static inline VI viloadi(const int32_t* p) { return _mm512_loadu_si512(p); }
+static inline float vsum(V v) { return _mm512_reduce_add_ps(v); }
+static inline V vloadm(const float* p, int n) { return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p); }
+static inline void vstorem(float* p, V v, int n) { _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), v); }
+#else
+typedef __m256 V;
+typedef __m256i VI;
+constexpr int VW = 8;
+static inline V vload(const float* p) { return _mm256_loadu_ps(p); }
+static inline V vloadh(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
+static inline V vset1(float x) { return _mm256_set1_ps(x); }
+static inline V vzero() { return _mm256_setzero_ps(); }
+static inline V vfma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+static inline V vadd(V a, V b) { return _mm256_add_ps(a, b); }
+static inline V vmul(V a, V b) { return _mm256_mul_ps(a, b); }
+static inline void vstore(float* p, V v) { _mm256_storeu_ps(p, v); }
+static inline VI viload(const void* p) { return _mm256_loadu_si256((const __m256i*)p); }
+static inline VI viset1(int32_t x) { return _mm256_set1_epi32(x); }
+static inline VI vizero() { return _mm256_setzero_si256(); }
+static inline VI vdot4(VI acc, VI a_u8, VI b_s8) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a_u8, b_s8), _mm256_set1_epi16(1)));
+}
+static inline V vcvt(VI x) { return _mm256_cvtepi32_ps(x); }
+static inline VI visub(VI a, VI b) { return _mm256_sub_epi32(a, b); }
+static inline VI vimul(VI a, VI b) { return _mm256_mullo_epi32(a, b); }
+static inline void vistore(int32_t* p, VI v) { _mm256_storeu_si256((__m256i*)p, v); }
+static inline VI viloadi(const int32_t* p) { return _mm256_loadu_si256((const __m256i*)p); }
+static inline float vsum(V v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+static inline __m256i vmask(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+static inline V vloadm(const float* p, int n) { return _mm256_maskload_ps(p, vmask(n)); }
+static inline void vstorem(float* p, V v, int n) { _mm256_maskstore_ps(p, vmask(n), v); }
+#endif
+
+constexpr int NV = 4, BW = NV * VW;  // output columns per weight block: 64 (AVX-512) or 32 (AVX2)
+#if defined(__AVX512F__)
+constexpr int TRF = 6, TRI = 6;  // rows per register tile (accumulators: TR·NV of 32 registers)
+#else
+constexpr int TRF = 2, TRI = 2;  // 16 registers
+#endif
+
+extern "C" {
+
+// One weight matrix, y = x @ W^T with W [N, K]; layouts in the header comment.
+struct Mat {
+  int32_t kind;  // 0 f32, 1 f16, 2 int8
+  int32_t N, K, Kp;  // Kp: K rounded up to 4 (int8)
+  const void* w;
+  const float* scale;     // int8: per output channel [Np]
+  const int32_t* colsum;  // int8: Σ_k W[n, k] [Np]
+  const float* bias;      // [N] or null
+};
+
+struct Layer {
+  const float* w_in;
+  const float* w_post;
+  const float* q_norm;  // [hd] or null (Qwen3)
+  const float* k_norm;
+  Mat qkv, o, gu, down;
+};
+
+struct Model {
+  int32_t D, H, Hkv, hd, I, L, V, window;  // window 0: none
+  int32_t embed_kind;  // 0 f32, 1 f16, 2 bf16
+  float eps;
+  const void* embed;  // [vocab, D]
+  const float* norm;
+  const Layer* layers;
+  Mat head;
+};
+
+int nstep_block_width() { return BW; }
+
+int nstep_max_head_dim() { return 16 * VW; }
+
+int nstep_isa() {
+#if defined(__AVX512VNNI__)
+  return 3;
+#elif defined(__AVX512F__)
+  return 2;
+#else
+  return 1;
+#endif
+}
+
+}  // extern "C"
+
+namespace {
+
+// exp(x) for x ≤ 0 (softmax, SiLU's exp(-g) with the sign folded): Cody-Waite range reduction and
+// a degree-6 polynomial, ~2 ulp; x < -87 gives 0.
+static inline V vexp(V x) {
+  const V lo = vset1(-87.3f), hi = vset1(88.3f);
+#if defined(__AVX512F__)
+  x = _mm512_max_ps(_mm512_min_ps(x, hi), lo);
+  V n = _mm512_roundscale_ps(vmul(x, vset1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#else
+  x = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
+  V n = _mm256_round_ps(vmul(x, vset1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#endif
+  V r = vfma(n, vset1(-0.693145751953125f), x);
+  r = vfma(n, vset1(-1.428606765330187045e-06f), r);
+  V p = vset1(1.0f / 720);
+  p = vfma(p, r, vset1(1.0f / 120));
+  p = vfma(p, r, vset1(1.0f / 24));
+  p = vfma(p, r, vset1(1.0f / 6));
+  p = vfma(p, r, vset1(0.5f));
+  p = vfma(p, r, vset1(1.0f));
+  p = vfma(p, r, vset1(1.0f));
+#if defined(__AVX512F__)
+  return _mm512_scalef_ps(p, n);
+#else
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  V res = vmul(p, _mm256_castsi256_ps(e));
+  return _mm256_and_ps(res, _mm256_cmp_ps(x, lo, _CMP_GT_OQ));
+#endif
+}
+
+// Register tile of float products: rows x[0..TR) × BW columns of one weight block.
+template <int TR, bool H>
+static inline void tile_f(const float* x, int ldx, const void* wb, int K, float* out /*[TR][BW]*/) {
+  V acc[TR][NV], acc2[NV];
+  for (int t = 0; t < TR; t++)
+    for (int j = 0; j < NV; j++) acc[t][j] = vzero();
+  for (int j = 0; j < NV; j++) acc2[j] = vzero();
+  int k = 0;
+  if (TR == 1) {  // two chains of accumulators: one row alone is latency-bound
+    for (; k + 1 < K; k += 2) {
+      V x0 = vset1(x[k]), x1 = vset1(x[k + 1]);
+      for (int j = 0; j < NV; j++) {
+        V w0 = H ? vloadh((const uint16_t*)wb + (size_t)k * BW + j * VW) : vload((const float*)wb + (size_t)k * BW + j * VW);
+        V w1 = H ? vloadh((const uint16_t*)wb + (size_t)(k + 1) * BW + j * VW)
+                 : vload((const float*)wb + (size_t)(k + 1) * BW + j * VW);
+        acc[0][j] = vfma(x0, w0, acc[0][j]);
+        acc2[j] = vfma(x1, w1, acc2[j]);
+      }
+    }
+  }
+  for (; k < K; k++) {
+    V w[NV];
+    for (int j = 0; j < NV; j++)
+      w[j] = H ? vloadh((const uint16_t*)wb + (size_t)k * BW + j * VW) : vload((const float*)wb + (size_t)k * BW + j * VW);
+    for (int t = 0; t < TR; t++) {
+      V xb = vset1(x[(size_t)t * ldx + k]);
+      for (int j = 0; j < NV; j++) acc[t][j] = vfma(xb, w[j], acc[t][j]);
+    }
+  }
+  if (TR == 1)
+    for (int j = 0; j < NV; j++) acc[0][j] = vadd(acc[0][j], acc2[j]);
+  for (int t = 0; t < TR; t++)
+    for (int j = 0; j < NV; j++) vstore(out + t * BW + j * VW, acc[t][j]);
+}
+
+template <int TR>
+static inline void tile_i8(const uint8_t* xq, int ldx, const int8_t* wb, int Kp, int32_t* out) {
+  VI acc[TR][NV];
+  for (int t = 0; t < TR; t++)
+    for (int j = 0; j < NV; j++) acc[t][j] = vizero();
+  for (int k = 0; k < Kp; k += 4) {
+    VI w[NV];
+    for (int j = 0; j < NV; j++) w[j] = viload(wb + (size_t)k * BW + j * VW * 4);
+    for (int t = 0; t < TR; t++) {
+      int32_t xv;
+      memcpy(&xv, xq + (size_t)t * ldx + k, 4);
+      VI xb = viset1(xv);
+      for (int j = 0; j < NV; j++) acc[t][j] = vdot4(acc[t][j], xb, w[j]);
+    }
+  }
+  for (int t = 0; t < TR; t++)
+    for (int j = 0; j < NV; j++) vistore(out + t * BW + j * VW, acc[t][j]);
+}
+
+// y[t, n0..n0+BW) (= or +=) tile + bias, only the n < N columns.
+static inline void put(float* y, int ldy, int n0, int N, const float* tile, int rows, const float* bias, bool add) {
+  int w = std::min(BW, N - n0);
+  for (int t = 0; t < rows; t++) {
+    float* yr = y + (size_t)t * ldy + n0;
+    const float* tr = tile + t * BW;
+    if (add) {
+      for (int j = 0; j < w; j++) yr[j] += tr[j] + (bias ? bias[n0 + j] : 0.f);
+    } else {
+      for (int j = 0; j < w; j++) yr[j] = tr[j] + (bias ? bias[n0 + j] : 0.f);
+    }
+  }
+}
+
+struct Scratch {
+  std::vector<uint8_t> xq;
+};
+
+template <bool H>
+static void rows_f(const float* x, int ldx, int T, const Mat& m, int nb, float* y, int ldy, bool add) {
+  alignas(64) float tile[TRF * BW];
+  const size_t bstride = (size_t)m.K * BW;
+  const char* base = (const char*)m.w + (size_t)nb * bstride * (H ? 2 : 4);
+  for (int t = 0; t < T;) {
+    int r = std::min(T - t, (int)TRF);
+    const float* xr = x + (size_t)t * ldx;
+    switch (r) {
+      case 1: tile_f<1, H>(xr, ldx, base, m.K, tile); break;
+      case 2: tile_f<2, H>(xr, ldx, base, m.K, tile); break;
+#if defined(__AVX512F__)
+      case 3: tile_f<3, H>(xr, ldx, base, m.K, tile); break;
+      case 4: tile_f<4, H>(xr, ldx, base, m.K, tile); break;
+      case 5: tile_f<5, H>(xr, ldx, base, m.K, tile); break;
+      case 6: tile_f<6, H>(xr, ldx, base, m.K, tile); break;
+#endif
+    }
+    put(y + (size_t)t * ldy, ldy, nb * BW, m.N, tile, r, m.bias, add);
+    t += r;
+  }
+}
+
+static void rows_i8(const uint8_t* xq, int T, const Mat& m, int nb, int32_t zp, float xs, float* y, int ldy, bool add) {
+  alignas(64) int32_t acc[TRI * BW];
+  alignas(64) float tile[TRI * BW];
+  const int8_t* base = (const int8_t*)m.w + (size_t)nb * m.Kp * BW;
+  const int n0 = nb * BW;
+  VI zpv = viset1(zp);
+  for (int t = 0; t < T;) {
+    int r = std::min(T - t, (int)TRI);
+    const uint8_t* xr = xq + (size_t)t * m.Kp;
+    switch (r) {
+      case 1: tile_i8<1>(xr, m.Kp, base, m.Kp, acc); break;
+      case 2: tile_i8<2>(xr, m.Kp, base, m.Kp, acc); break;
+#if defined(__AVX512F__)
+      case 3: tile_i8<3>(xr, m.Kp, base, m.Kp, acc); break;
+      case 4: tile_i8<4>(xr, m.Kp, base, m.Kp, acc); break;
+      case 5: tile_i8<5>(xr, m.Kp, base, m.Kp, acc); break;
+      case 6: tile_i8<6>(xr, m.Kp, base, m.Kp, acc); break;
+#endif
+    }
+    for (int j = 0; j < NV; j++) {  // fbgemm's ReQuantizeForFloat: (acc - zp·colsum) · (xs·ws)
+      VI cs = viloadi(m.colsum + n0 + j * VW);
+      V mult = vmul(vset1(xs), vload(m.scale + n0 + j * VW));
+      for (int t = 0; t < r; t++) {
+        VI a = visub(viloadi(acc + t * BW + j * VW), vimul(zpv, cs));
+        vstore(tile + t * BW + j * VW, vmul(vcvt(a), mult));
+      }
+    }
+    put(y + (size_t)t * ldy, ldy, n0, m.N, tile, r, m.bias, add);
+    t += r;
+  }
+}
+
+// fbgemm's dynamic activation quantization (ChooseQuantizationParams with reduce_range, then
+// Quantize's fma(x, 1/scale, zero_point) rounded to nearest even) over the whole [T, K] input.
+static void quantize_rows(const float* x, int ldx, int T, int K, int Kp, uint8_t* xq, int32_t* zp_out, float* scale_out) {
+  float mn = 0.f, mx = 0.f;  // the range always contains 0
+  for (int t = 0; t < T; t++)
+    for (int k = 0; k < K; k++) {
+      float v = x[(size_t)t * ldx + k];
+      mn = std::min(mn, v);
+      mx = std::max(mx, v);
+    }
+  const int qmin = 0, qmax = 127;
+  double scale = ((double)mx - mn) / (qmax - qmin);
+  if ((float)scale == 0.0f || std::isinf(1.0f / (float)scale)) scale = 0.1;
+  if (scale < 6.1e-5) {  // fbgemm's SMALL_SCALE_THRESHOLD
+    float org = (float)scale;
+    scale = 6.1e-5f;
+    if (mn == 0.0f) mx = 6.1e-5f * (qmax - qmin);
+    else if (mx == 0.0f) mn = -6.1e-5f * (qmax - qmin);
+    else { float amp = 6.1e-5f / org; mn *= amp; mx *= amp; }
+  }
+  double zmin = qmin - mn / scale, zmax = qmax - mx / scale;
+  double emin = std::abs(qmin) - std::abs(mn / scale), emax = std::abs(qmax) - std::abs(mx / scale);
+  double z0 = emin < emax ? zmin : zmax;
+  int32_t zp = z0 < qmin ? qmin : z0 > qmax ? qmax : (int32_t)std::nearbyint(z0);
+  float fs = (float)scale, inv = 1.0f / fs, fz = (float)zp;
+  for (int t = 0; t < T; t++) {
+    const float* xr = x + (size_t)t * ldx;
+    uint8_t* qr = xq + (size_t)t * Kp;
+    for (int k = 0; k < K; k++) {
+      float v = std::fma(xr[k], inv, fz);
+      v = std::min(v, 2147483520.f);
+      long q = std::lrintf(v);
+      qr[k] = (uint8_t)std::min(255L, std::max(0L, q));
+    }
+    for (int k = K; k < Kp; k++) qr[k] = 0;
+  }
+  *zp_out = zp;
+  *scale_out = fs;
+}
+
+// y = x @ W^T (+ bias), or y += that when `add` (a residual).
+static void matmul(const Mat& m, const float* x, int ldx, int T, float* y, int ldy, bool add, int nt, Scratch& s) {
+  const int nblocks = (m.N + BW - 1) / BW;
+  if (m.kind == 2) {
+    if (s.xq.size() < (size_t)T * m.Kp) s.xq.resize((size_t)T * m.Kp);
+    int32_t zp;
+    float xs;
+    quantize_rows(x, ldx, T, m.K, m.Kp, s.xq.data(), &zp, &xs);
+    const uint8_t* xq = s.xq.data();
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int nb = 0; nb < nblocks; nb++) rows_i8(xq, T, m, nb, zp, xs, y, ldy, add);
+  } else if (m.kind == 1) {
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int nb = 0; nb < nblocks; nb++) rows_f<true>(x, ldx, T, m, nb, y, ldy, add);
+  } else {
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int nb = 0; nb < nblocks; nb++) rows_f<false>(x, ldx, T, m, nb, y, ldy, add);
+  }
+}
+
+static inline float dot(const float* a, const float* b, int n) {
+  V s = vzero();
+  int i = 0;
+  for (; i + VW <= n; i += VW) s = vfma(vload(a + i), vload(b + i), s);
+  float r = vsum(s);
+  for (; i < n; i++) r += a[i] * b[i];
+  return r;
+}
+
+// x · rsqrt(mean(x²) + eps) · w, as torch's rms_norm in float32.
+static void rms(const float* x, int ld, int T, int n, const float* w, float eps, float* out, int ldo) {
+  for (int t = 0; t < T; t++) {
+    const float* xr = x + (size_t)t * ld;
+    float* o = out + (size_t)t * ldo;
+    float r = 1.0f / std::sqrt(dot(xr, xr, n) / n + eps);
+    for (int i = 0; i < n; i++) o[i] = xr[i] * r * w[i];
+  }
+}
+
+static void embed_rows(const Model& m, const int64_t* ids, int T, float* x) {
+  for (int t = 0; t < T; t++) {
+    float* o = x + (size_t)t * m.D;
+    size_t off = (size_t)ids[t] * m.D;
+    if (m.embed_kind == 0) {
+      memcpy(o, (const float*)m.embed + off, sizeof(float) * m.D);
+    } else {
+      const uint16_t* e = (const uint16_t*)m.embed + off;
+      for (int i = 0; i < m.D; i++) {
+        if (m.embed_kind == 1) {
+          o[i] = _cvtsh_ss(e[i]);
+        } else {
+          uint32_t b = (uint32_t)e[i] << 16;
+          memcpy(o + i, &b, 4);
+        }
+      }
+    }
+  }
+}
+
+// One query row over keys K[lo..lo+n) of one head: softmax(q·k · scale) · V into out. NH vectors
+// of VW hold a head (the last one `tail` lanes wide); q and the output stay in registers.
+template <int NH>
+static void attend_row(const float* qr, const float* K, const float* Vv, int hd, int lo, int n, float scale,
+                       float* sc, float* o) {
+  const int tail = hd - (NH - 1) * VW;
+  V q[NH];
+  for (int c = 0; c < NH - 1; c++) q[c] = vmul(vload(qr + c * VW), vset1(scale));
+  q[NH - 1] = vmul(vloadm(qr + (NH - 1) * VW, tail), vset1(scale));
+  float mx = -INFINITY;
+  for (int j = 0; j < n; j++) {
+    const float* kr = K + (size_t)(lo + j) * hd;
+    V a = vmul(q[0], NH == 1 ? vloadm(kr, tail) : vload(kr));
+    for (int c = 1; c < NH - 1; c++) a = vfma(q[c], vload(kr + c * VW), a);
+    if (NH > 1) a = vfma(q[NH - 1], vloadm(kr + (NH - 1) * VW, tail), a);
+    float s = vsum(a);
+    sc[j] = s;
+    mx = std::max(mx, s);
+  }
+  V sum = vzero(), neg = vset1(-mx);
+  int j = 0;
+  for (; j + VW <= n; j += VW) {
+    V e = vexp(vadd(vload(sc + j), neg));
+    vstore(sc + j, e);
+    sum = vadd(sum, e);
+  }
+  if (j < n) {
+    V e = vexp(vadd(vloadm(sc + j, n - j), neg));
+    vstorem(sc + j, e, n - j);
+    sum = vadd(sum, vloadm(sc + j, n - j));
+  }
+  const float inv = 1.0f / vsum(sum);
+  V acc[NH];
+  for (int c = 0; c < NH; c++) acc[c] = vzero();
+  for (int jj = 0; jj < n; jj++) {
+    const V w = vset1(sc[jj]);
+    const float* vr = Vv + (size_t)(lo + jj) * hd;
+    for (int c = 0; c < NH - 1; c++) acc[c] = vfma(w, vload(vr + c * VW), acc[c]);
+    acc[NH - 1] = vfma(w, vloadm(vr + (NH - 1) * VW, tail), acc[NH - 1]);
+  }
+  const V iv = vset1(inv);
+  for (int c = 0; c < NH - 1; c++) vstore(o + c * VW, vmul(acc[c], iv));
+  vstorem(o + (NH - 1) * VW, vmul(acc[NH - 1], iv), tail);
+}
+
+using RowFn = void (*)(const float*, const float*, const float*, int, int, int, float, float*, float*);
+
+static RowFn row_fn(int hd) {
+  static const RowFn fns[] = {attend_row<1>, attend_row<2>, attend_row<3>, attend_row<4>,
+                              attend_row<5>, attend_row<6>, attend_row<7>, attend_row<8>,
+                              attend_row<9>, attend_row<10>, attend_row<11>, attend_row<12>,
+                              attend_row<13>, attend_row<14>, attend_row<15>, attend_row<16>};
+  int nh = (hd + VW - 1) / VW;
+  return nh <= 16 ? fns[nh - 1] : nullptr;
+}
+
+// Attention of T queries at positions p.. over the cache (keys up to each query's position,
+// the last `window` of them when set) for query heads [h0, h1).
+static void attend(const Model& m, const float* q, int ldq, const float* kc, const float* vc, int P, int p, int T,
+                   int h0, int h1, float* out, int ldo, std::vector<float>& sc) {
+  const int hd = m.hd, g = m.H / m.Hkv;
+  const float scale = 1.0f / std::sqrt((float)hd);
+  const RowFn fn = row_fn(hd);
+  sc.resize(p + T + VW);
+  for (int h = h0; h < h1; h++) {
+    const float* K = kc + (size_t)(h / g) * P * hd;
+    const float* Vv = vc + (size_t)(h / g) * P * hd;
+    for (int t = 0; t < T; t++) {
+      const int pos = p + t;
+      const int lo = m.window > 0 ? std::max(0, pos - m.window + 1) : 0;
+      fn(q + (size_t)t * ldq + (size_t)h * hd, K, Vv, hd, lo, pos + 1 - lo, scale, sc.data(),
+         out + (size_t)t * ldo + (size_t)h * hd);
+    }
+  }
+}
+
+struct Work {
+  std::vector<float> x, xn, qkv, att, gu, h;
+  std::vector<std::vector<float>> sc;
+  Scratch s;
+};
+
+static thread_local Work work;
+
+}  // namespace
+
+extern "C" {
+
+// Append T tokens at positions p.. to one runner's cache (kc, vc: [L, Hkv, P, hd] float32) and
+// write their logits [T, V] (over the model's head rows). rot: [P, hd/2] complex64 rotations.
+int nstep_forward(const Model* mp, float* kc, float* vc, int P, const float* rot, const int64_t* ids, int T, int p,
+                  float* logits, int nt) {
+  const Model& m = *mp;
+  if (p + T > P || T <= 0 || m.hd > 16 * VW) return 1;
+  Work& w = work;
+  const int D = m.D, H = m.H, Hkv = m.Hkv, hd = m.hd, I = m.I;
+  const int nqkv = (H + 2 * Hkv) * hd;
+  w.x.resize((size_t)T * D);
+  w.xn.resize((size_t)T * D);
+  w.qkv.resize((size_t)T * nqkv);
+  w.att.resize((size_t)T * H * hd);
+  w.gu.resize((size_t)T * 2 * I);
+  w.h.resize((size_t)T * I);
+  nt = std::max(1, nt);
+  if ((int)w.sc.size() < nt) w.sc.resize(nt);
+  float* x = w.x.data();
+  embed_rows(m, ids, T, x);
+  const size_t layer_kv = (size_t)Hkv * P * hd;
+  for (int li = 0; li < m.L; li++) {
+    const Layer& L = m.layers[li];
+    rms(x, D, T, D, L.w_in, m.eps, w.xn.data(), D);
+    matmul(L.qkv, w.xn.data(), D, T, w.qkv.data(), nqkv, false, nt, w.s);
+    float* kl = kc + li * layer_kv;
+    float* vl = vc + li * layer_kv;
+    for (int t = 0; t < T; t++) {
+      float* row = w.qkv.data() + (size_t)t * nqkv;
+      const float* r = rot + (size_t)(p + t) * hd;  // complex pairs (cos, sin)
+      for (int hh = 0; hh < H + Hkv; hh++) {
+        float* v = row + (size_t)hh * hd;
+        if (L.q_norm) {  // Qwen3: RMSNorm per head before RoPE
+          const float* nw = hh < H ? L.q_norm : L.k_norm;
+          float s = 1.0f / std::sqrt(dot(v, v, hd) / hd + m.eps);
+          for (int i = 0; i < hd; i++) v[i] = v[i] * s * nw[i];
+        }
+        for (int i = 0; i < hd; i += 2) {
+          float a = v[i], b = v[i + 1], c = r[i], sn = r[i + 1];
+          v[i] = a * c - b * sn;
+          v[i + 1] = a * sn + b * c;
+        }
+        if (hh >= H) memcpy(kl + ((size_t)(hh - H) * P + p + t) * hd, v, sizeof(float) * hd);
+      }
+      for (int hh = 0; hh < Hkv; hh++)
+        memcpy(vl + ((size_t)hh * P + p + t) * hd, row + (size_t)(H + Hkv + hh) * hd, sizeof(float) * hd);
+    }
+    if (nt > 1 && H > 1) {
+#pragma omp parallel num_threads(nt)
+      {
+#ifdef _OPENMP
+        int id = omp_get_thread_num(), n = omp_get_num_threads();
+#else
+        int id = 0, n = 1;
+#endif
+        int h0 = H * id / n, h1 = H * (id + 1) / n;
+        attend(m, w.qkv.data(), nqkv, kl, vl, P, p, T, h0, h1, w.att.data(), H * hd, w.sc[id]);
+      }
+    } else {
+      attend(m, w.qkv.data(), nqkv, kl, vl, P, p, T, 0, H, w.att.data(), H * hd, w.sc[0]);
+    }
+    matmul(L.o, w.att.data(), H * hd, T, x, D, true, nt, w.s);
+    rms(x, D, T, D, L.w_post, m.eps, w.xn.data(), D);
+    matmul(L.gu, w.xn.data(), D, T, w.gu.data(), 2 * I, false, nt, w.s);
+    for (int t = 0; t < T; t++) {  // SiLU(gate) · up
+      const float* gr = w.gu.data() + (size_t)t * 2 * I;
+      float* hr = w.h.data() + (size_t)t * I;
+      int i = 0;
+      for (; i + VW <= I; i += VW) {
+        V gv = vload(gr + i);
+        V e = vexp(vmul(gv, vset1(-1.f)));
+        vstore(hr + i, vmul(vmul(gv, vload(gr + I + i)), vset1(1.f) / vadd(vset1(1.f), e)));
+      }
+      for (; i < I; i++) hr[i] = gr[i] / (1.f + std::exp(-gr[i])) * gr[I + i];
+    }
+    matmul(L.down, w.h.data(), I, T, x, D, true, nt, w.s);
+  }
+  rms(x, D, T, D, m.norm, m.eps, w.xn.data(), D);
+  matmul(m.head, w.xn.data(), D, T, logits, m.V, false, nt, w.s);
+  return 0;
+}
+
+// One product on its own (tests, and the prefill path's products): y[T, N] = x[T, K] @ W^T.
+int nstep_matmul(const Mat* m, const float* x, int T, float* y, int nt) {
+  static thread_local Scratch s;
+  matmul(*m, x, m->K, T, y, m->N, false, std::max(1, nt), s);
+  return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,211 @@
+"""The native decode step (native_runner.py, kernels/native/step.cpp) computes LlamaRunner's forward
+for every family and weight storage the NumPy step takes, for 1..32 new tokens, as the target and
+as a draft; int8 products equal fbgemm's; batched steps over its caches stay exact; with the
+library disabled the NumPy step serves and says why. The AVX2 build is checked too (machines
+alternate AVX2 and AVX-512)."""
+from __future__ import annotations
+
+import ctypes
+import logging
+import random
+
+import numpy as np
+import pytest
+import torch
+from test_families import family_model
+from test_np_runner import STORAGE
+
+from completer.engine import native_runner
+from completer.engine.drafters import AdaptiveK, ModelDrafter
+from completer.engine.native_runner import NativeRunner, _pack, cache_dir, library
+from completer.engine.np_runner import NumpyRunner
+from completer.engine.quant import Fp16Weight, Int8Weight, quantize_weights
+from completer.engine.runner import LlamaRunner, LlamaWeights, forward_many
+from completer.engine.runner_factory import make_runner
+from completer.engine.sampling import Sampling
+from completer.engine.speculative import generate
+from completer_kernels import native
+
+torch.set_num_threads(1)
+CASES = ["llama-linear", "llama-yarn", "mistral", "qwen2", "qwen3"]  # biases, RoPE scalings, window, q/k norm
+AVX2 = {"avx2", "fma", "f16c"}
+
+
+@pytest.fixture(scope="module")
+def lib():
+    lib, why = library()
+    if lib is None and native.isa_flags(native.cpu_flags()) is None:
+        pytest.skip(why)  # a CPU below AVX2: the NumPy step is the only one
+    assert lib is not None, why
+    return lib
+
+
+@pytest.fixture(scope="module", params=["this CPU", "avx2"])
+def any_lib(request, lib):
+    """This CPU's build, and the AVX2 build where this CPU runs it (an AVX-512 machine)."""
+    if request.param == "this CPU":
+        return lib
+    if not AVX2 <= native.cpu_flags():
+        pytest.skip("this CPU has no AVX2")
+    avx2, why = native.load(cache_dir(), AVX2)
+    assert avx2 is not None and why == "avx2", why
+    return avx2
+
+
+def weights(case: str, storage: str, hidden: int = 72, seed: int = 0) -> LlamaWeights:
+    """hidden 72: head width 18 and products whose widths are not multiples of a vector, so every
+    kernel's tail is exercised (Qwen3's head_dim is 32)."""
+    w = LlamaWeights.from_hf(family_model(case, hidden=hidden, seed=seed))
+    if STORAGE[storage]:
+        quantize_weights(w, STORAGE[storage])
+    return w
+
+
+def close(a: torch.Tensor, b: torch.Tensor) -> None:
+    assert a.shape == b.shape and b.dtype == torch.float32
+    assert torch.allclose(a, b, atol=2e-4, rtol=1e-4), (a - b).abs().max()
+    assert torch.equal(a.argmax(-1), b.argmax(-1))
+
+
+def close_int8(outs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """fbgemm's int8 scales activations per tensor at 7 bits: a float32-rounding difference in the
+    glue before a product (sum order) can move its range by an ulp and flip a few activations by one
+    step, which moves logits by ~1 % of their range. So: most forwards equal to float32 rounding,
+    none further than 10 % of the logits' range, greedy ids equal wherever the top two differ by
+    more than that."""
+    exact = 0
+    for a, b in outs:
+        assert a.shape == b.shape and b.dtype == torch.float32
+        exact += torch.allclose(a, b, atol=2e-4, rtol=1e-4)
+        tol = 0.1 * float(a.abs().max())
+        assert float((a - b).abs().max()) <= tol
+        top2 = a.topk(2, -1).values
+        clear = (top2[:, 0] - top2[:, 1]) > tol
+        assert torch.equal(a.argmax(-1)[clear], b.argmax(-1)[clear])
+    assert exact >= 0.75 * len(outs), f"{exact} of {len(outs)} forwards equal"
+
+
+@pytest.mark.parametrize("storage", list(STORAGE))
+@pytest.mark.parametrize("case", CASES)
+def test_step_matches_the_lean_runner(lib, any_lib, case, storage):
+    """After a prefill (torch), forwards of T = 1..32 new tokens (each rolled back), then steps and
+    a rollback past Mistral's 16-token window: LlamaRunner's logits and greedy ids."""
+    if any_lib is not lib and case not in ("mistral", "qwen3"):
+        pytest.skip("the AVX2 build: one case with a window, one with q/k norm")
+    w = weights(case, storage)
+    ref, got = LlamaRunner(w, 128), NativeRunner(w, any_lib, 128)
+    ids = torch.randint(0, 256, (128,), generator=torch.Generator().manual_seed(1)).tolist()
+    for r in (ref, got):
+        r.out = [r.forward(ids[:40])]
+        for T in range(1, 33):
+            r.out.append(r.forward(ids[40:40 + T]))
+            r.truncate(40)
+        r.out += [r.forward(ids[40:41]), r.forward(ids[41:47]), r.forward(ids[47:48])]
+        r.truncate(44)
+        r.out += [r.forward(ids[44:53]), r.forward(ids[53:54]), r.forward(ids[54:90])]
+    if storage == "int8":
+        close_int8(list(zip(ref.out, got.out)))
+    else:
+        for a, b in zip(ref.out, got.out):
+            close(a, b)
+
+
+@pytest.mark.parametrize("storage", ["fp32", "fp16", "int8"])
+@pytest.mark.parametrize("case", ["mistral", "qwen2", "qwen3"])
+def test_greedy_ids_plain_and_speculative(lib, case, storage):
+    """The engine's pick (make_runner) decodes the torch runner's greedy ids, plain and with a
+    native draft proposing to a native target (adaptive k: verifies of 1..8 drafts)."""
+    w, dw = weights(case, storage, seed=3), weights(case, "fp32", hidden=48, seed=4)
+    dw.restrict_head(list(range(0, 256, 2)))  # a draft's restricted head
+    rng = random.Random(5)
+    for trial in range(3):
+        prompt = [rng.randrange(1, 256) for _ in range(rng.randint(1, 30))]
+        for k in (None, AdaptiveK(3, 1, 8)):
+            outs = []
+            for mk in (lambda m: LlamaRunner(m, 128), lambda m: make_runner(m, 128)):
+                target, draft = mk(w), mk(dw)
+                d = ModelDrafter(draft, Sampling()) if k else None
+                kk = AdaptiveK(3, 1, 8) if k else None
+                outs.append(generate(target, prompt, 40, Sampling(), d, kk)[0])
+            assert type(target) is NativeRunner and type(draft) is NativeRunner
+            assert outs[0] == outs[1], (case, storage, trial, k)
+
+
+def test_batched_steps_stay_exact(lib):
+    """batch.py steps runners of one model together through forward_many (torch) over the same
+    caches the native step writes: interleaving the two gives each sequence's own logits."""
+    w = weights("qwen2", "fp16")
+    ids = torch.randint(0, 256, (60,), generator=torch.Generator().manual_seed(2)).tolist()
+    refs = [LlamaRunner(w, 128) for _ in range(2)]
+    got = [NativeRunner(w, lib, 128) for _ in range(2)]
+    for r, s in zip(refs, (ids[:20], ids[5:31])):
+        r.out = [r.forward(s)]
+    for r, s in zip(got, (ids[:20], ids[5:31])):
+        r.out = [r.forward(s)]
+    feeds = [[ids[40]], ids[41:45]]
+    for r, f in zip(refs, feeds):
+        r.out.append(r.forward(f))
+    for r, o in zip(got, forward_many(got, feeds)):
+        r.out.append(o)
+    for r in refs + got:
+        r.out.append(r.forward(ids[50:53]))
+    for a, b in zip(refs, got):
+        for x, y in zip(a.out, b.out):
+            close(x, y)
+
+
+@pytest.mark.parametrize("kind", [Int8Weight, Fp16Weight, None])
+def test_products_equal_fbgemm(lib, kind):
+    """int8: fbgemm's dynamic quantization step for step (per-tensor uint8 activations over all
+    rows, reduce_range): equal to the last bit. fp16 / float32: within float32 summation order."""
+    bw = lib.nstep_block_width()
+    g = torch.Generator().manual_seed(0)
+    for N, K in ((64, 64), (100, 36), (200, 130), (33, 7)):
+        w = torch.randn(N, K, generator=g)
+        m = w if kind is None else kind(w)
+        pk = _pack(m, bw, None)
+        for T in (1, 2, 5, 7, 13, 32):
+            x = torch.randn(T, K, generator=g) * 3
+            ref = x @ w.T if kind is None else m.matmul(x)
+            y = np.empty((T, N), np.float32)
+            lib.nstep_matmul(ctypes.byref(pk.mat), x.numpy().ctypes.data, T, y.ctypes.data, 1)
+            if kind is Int8Weight:
+                assert torch.equal(torch.from_numpy(y), ref), (N, K, T)
+            else:
+                assert torch.allclose(torch.from_numpy(y), ref, atol=1e-4, rtol=1e-4), (N, K, T)
+
+
+def test_bad_input_is_refused(lib):
+    r = NativeRunner(weights("qwen2", "fp32"), lib, 64)
+    r.forward([1, 2, 3])
+    with pytest.raises(IndexError):
+        r.forward([256])
+    with pytest.raises(ValueError, match="exceeds"):
+        r.forward([1] * 30 + [2] * 32)
+    assert r.ids == [1, 2, 3]  # nothing appended by a refused forward
+    r.forward([4])
+
+
+def test_fallback_is_taken_and_said(lib, monkeypatch, caplog):
+    """COMPLETER_NATIVE=0 (read through config.env): the NumPy step, and one log line saying why."""
+    monkeypatch.setenv("COMPLETER_NATIVE", "0")
+    monkeypatch.setattr(native_runner, "_announced", set())
+    w = weights("qwen2", "fp16")
+    with caplog.at_level(logging.WARNING, logger="completer.engine.native_runner"):
+        a, b = make_runner(w, 64), make_runner(w, 64)
+    assert type(a) is NumpyRunner and type(b) is NumpyRunner
+    said = [r.getMessage() for r in caplog.records if "native decode step unavailable" in r.getMessage()]
+    assert said == ["native decode step unavailable (disabled by COMPLETER_NATIVE): using the NumPy step"]
+    monkeypatch.delenv("COMPLETER_NATIVE")
+    assert type(make_runner(w, 64)) is NativeRunner
+
+
+def test_flags_come_from_the_cpu():
+    """Built for what the CPU reports: AVX-512 (+VNNI) or AVX2, never -march=native or AMX."""
+    assert native.isa_flags({"sse2", "avx"}) is None
+    name, flags = native.isa_flags(AVX2 | {"amx_tile", "amx_int8"})
+    assert name == "avx2" and not any("amx" in f or "march" in f for f in flags)
+    base512 = AVX2 | {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
+    assert native.isa_flags(base512)[0] == "avx512"
+    name, flags = native.isa_flags(base512 | {"avx512_vnni", "amx_tile"})
+    assert name == "avx512vnni" and "-mavx512vnni" in flags and not any("amx" in f for f in flags)
