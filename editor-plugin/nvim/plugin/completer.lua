@@ -22,9 +22,10 @@ local subcommands = {
   status = function()
     local c = require('completer')
     local on, why = c.allowed(0)
-    vim.notify(('%s | %s here | offered %d, accepted %d, partial %d, rejected %d'):format(
+    local ne = require('completer.next_edit').counters
+    vim.notify(('%s | %s here | offered %d, accepted %d, partial %d, rejected %d | next edits shown %d, accepted %d'):format(
       c.status_text(), on and 'on' or why, c.counters.offered, c.counters.accepted, c.counters.partial,
-      c.counters.rejected))
+      c.counters.rejected, ne.shown, ne.accepted))
   end,
   restart = function() require('completer').restart() end,
   stats = function()

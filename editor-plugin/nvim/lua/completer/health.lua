@@ -1,5 +1,5 @@
 --- :checkhealth completer — Neovim, the server executable, the running server (models, engine),
---- the on/off switches and the accept keys of the current buffer.
+--- the on/off switches, next-edit suggestions and the accept keys of the current buffer.
 local M = {}
 
 local health = vim.health
@@ -84,6 +84,32 @@ local function check_switches(bufnr)
   end
 end
 
+local function check_next_edit(config, bufnr)
+  health.start('next-edit suggestions')
+  local opts = config.init_options or {}
+  if opts.next_edit == false then
+    health.info('off (init_options.next_edit = false)')
+    return
+  end
+  local c = require('completer.next_edit').counters
+  health.ok(('on: asked %d ms after the last change; %d asked, %d shown, %d accepted, %d rejected, %d stale'):format(
+    opts.next_edit_debounce_ms or 300, c.requests, c.shown, c.accepted, c.rejected, c.stale))
+  for _, action in ipairs({ 'next_edit_accept', 'next_edit_dismiss' }) do
+    local lhs = config.keymaps[action]
+    if lhs then
+      local map = vim.api.nvim_buf_call(bufnr, function() return vim.fn.maparg(lhs, 'n', false, true) end)
+      if next(map) and not (map.desc or ''):match('^completer:') then
+        health.warn(('%s (%s, normal mode) is mapped by something else: %s'):format(lhs, action,
+          map.desc or map.rhs or '<Lua function>'), { 'choose another key in setup({ keymaps = { ... } })' })
+      elseif next(map) then
+        local prev = require('completer').previous_mapping(bufnr, lhs, 'n')
+        health.ok(('%s (%s, normal mode): without a suggestion it falls through to %s'):format(lhs, action,
+          prev and (prev.desc or prev.rhs or '<Lua function>') or 'the key itself'))
+      end
+    end
+  end
+end
+
 local function check_keys(keymaps, bufnr)
   health.start(('accept keys (insert mode, buffer %s)'):format(vim.fn.bufname(bufnr)))
   local c = require('completer')
@@ -114,6 +140,7 @@ function M.check()
   check_server(vim.lsp.config[NAME] or {})
   local bufnr = user_buffer()
   check_switches(bufnr)
+  check_next_edit(require('completer').config, bufnr)
   check_keys(require('completer').config.keymaps, bufnr)
 end
 

@@ -21,6 +21,9 @@
 --- A ghost the user saw that a reply takes back (replaced by nothing, or by text that does not
 --- extend it) makes the accept keys do nothing for `accept_guard_ms`: the press was meant for it.
 ---
+--- Next-edit suggestions (`completer/nextEdit`, shown with extmarks, applied by the accept key)
+--- are `completer.next_edit`'s; this module maps their keys and chains them after an accept.
+---
 --- Feedback: every item the server returns gets a client-side command (`completer.accepted`)
 --- that Neovim runs after inserting it, so a plain `vim.lsp.inline_completion.get()` reports the
 --- accept too. An item that came back and was replaced by the next request (or dropped on
@@ -28,6 +31,7 @@
 local M = {}
 
 local api = vim.api
+local next_edit = require('completer.next_edit')
 local NAME = 'completer'
 local ACCEPT_CMD = 'completer.accepted'
 
@@ -54,6 +58,8 @@ M.option_types = {
   stop_degenerate = 'boolean', syntax_budget_ms = 'number',
   -- lsp
   enable = 'boolean', debounce_ms = 'number', warmup = 'boolean', ready_wait_ms = 'number',
+  next_edit = 'boolean', next_edit_debounce_ms = 'number', next_edit_format = 'string',
+  next_edit_lines_above = 'number', next_edit_lines_below = 'number', next_edit_max_lines = 'number',
   -- workspace
   cross_file = 'boolean', cross_file_share = 'number', cross_file_max_files = 'number',
   index_memory_mb = 'number', index_max_file_kb = 'number',
@@ -72,10 +78,19 @@ M.defaults = {
     accept_line = '<C-Down>',
     next = '<M-]>',
     prev = '<M-[>',
+    -- Normal mode: apply (or jump to) / dismiss a next-edit suggestion; in insert mode `accept`
+    -- applies one when no ghost text is shown.
+    next_edit_accept = '<Tab>',
+    next_edit_dismiss = '<Esc>',
   },
   progress = true, -- echo model-loading progress ($/progress) in the message area
   -- CompleterGhost's attributes (nvim_set_hl); a definition of the group elsewhere wins.
   highlight = { fg = '#808080', ctermfg = 244, italic = true, cterm = { italic = true } },
+  -- CompleterEditInsert / CompleterEditDelete: a next edit's new and removed text.
+  next_edit_highlight = {
+    insert = { fg = '#87d787', ctermfg = 114, italic = true, cterm = { italic = true } },
+    delete = { fg = '#d78787', ctermfg = 174, strikethrough = true, cterm = { strikethrough = true } },
+  },
   accept_guard_ms = 300, -- accept keys do nothing this long after a shown ghost is taken back
   disabled_filetypes = {}, -- filetypes attached but with completions off (`:Completer enable filetype`)
 }
@@ -201,6 +216,7 @@ local function on_accepted(command, ctx)
   local client = vim.lsp.get_client_by_id(ctx.client_id)
   offered[arg.uri] = nil
   M.counters.accepted = M.counters.accepted + 1
+  next_edit.chained(ctx.bufnr)
   if client then
     feedback(client_notify(client), {
       uri = arg.uri, text = arg.text, accepted = true, acceptedChars = vim.fn.strchars(arg.text),
@@ -376,6 +392,7 @@ local function refresh()
       vim.lsp.inline_completion.enable(ok, { bufnr = bufnr })
       if not ok then
         reject_pending(client_notify(client), vim.uri_from_bufnr(bufnr))
+        next_edit.dismiss(bufnr)
       end
     end
   end
@@ -443,13 +460,13 @@ end
 
 -- -- keys ------------------------------------------------------------------------------------
 
---- The insert-mode mapping each accept key had before this plugin mapped it, per buffer.
+--- The mapping each key had before this plugin mapped it, per buffer, by mode .. lhs.
 local previous = {} ---@type table<integer, table<string, table>>
 
---- Does what `lhs` did before it was mapped here: its previous mapping (a Lua callback, an
---- expression or keys, remapped if it was) or else the key itself.
-local function fall_through(bufnr, lhs)
-  local prev = (previous[bufnr] or {})[lhs]
+--- Does what `lhs` did in `mode` before it was mapped here: its previous mapping (a Lua
+--- callback, an expression or keys, remapped if it was) or else the key itself.
+local function fall_through(bufnr, mode, lhs)
+  local prev = (previous[bufnr] or {})[mode .. lhs]
   if not prev then
     return api.nvim_feedkeys(vim.keycode(lhs), 'ni', false)
   end
@@ -474,24 +491,30 @@ end
 local function map_keys(bufnr)
   local km = M.config.keymaps
   previous[bufnr] = previous[bufnr] or {}
-  local function imap(lhs, fn, desc)
+  local function map(mode, lhs, fn, desc)
     if not lhs then
       return
     end
-    local prev = vim.fn.maparg(lhs, 'i', false, true)
+    local prev = vim.fn.maparg(lhs, mode, false, true)
     if next(prev) and not (prev.desc or ''):match('^completer:') then
-      previous[bufnr][lhs] = prev
+      previous[bufnr][mode .. lhs] = prev
     end
-    vim.keymap.set('i', lhs, function()
+    vim.keymap.set(mode, lhs, function()
       if guarded(bufnr) then
         return -- a ghost was just taken back: this press was meant for it
       end
       if not fn() then
-        fall_through(bufnr, lhs)
+        fall_through(bufnr, mode, lhs)
       end
     end, { buffer = bufnr, desc = desc })
   end
-  imap(km.accept, M.accept, 'completer: accept ghost text')
+  local function imap(lhs, fn, desc)
+    map('i', lhs, fn, desc)
+  end
+  imap(km.accept, function() return M.accept() or next_edit.accept(bufnr) end,
+    'completer: accept ghost text or next edit')
+  map('n', km.next_edit_accept, function() return next_edit.accept(bufnr) end, 'completer: apply next edit')
+  map('n', km.next_edit_dismiss, function() return next_edit.dismiss(bufnr) end, 'completer: dismiss next edit')
   imap(km.accept_word, function() return M.accept_partial('word') end, 'completer: accept next word')
   imap(km.accept_line, function() return M.accept_partial('line') end, 'completer: accept next line')
   if km.next then
@@ -504,9 +527,10 @@ local function map_keys(bufnr)
   end
 end
 
---- The previous mapping `lhs` falls through to in `bufnr` (maparg's dict), or nil.
-function M.previous_mapping(bufnr, lhs)
-  return (previous[vim._resolve_bufnr(bufnr)] or {})[lhs]
+--- The previous mapping `lhs` falls through to in `bufnr` and `mode` (default insert; maparg's
+--- dict), or nil.
+function M.previous_mapping(bufnr, lhs, mode)
+  return (previous[vim._resolve_bufnr(bufnr)] or {})[(mode or 'i') .. lhs]
 end
 
 --- Unknown keys and values of the wrong type are dropped (the server then uses its default)
@@ -585,6 +609,7 @@ local function on_attach(client, bufnr)
     end)
   end
   map_keys(bufnr)
+  next_edit.attach(bufnr)
   for _, win in ipairs(vim.fn.win_findbuf(bufnr)) do
     ghost_window(win)
   end
