@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from .edits.formats import EditPrompt
     from .syntax.decision import SyntaxDecision
 
 ERROR_CODES = ("unavailable", "unauthorized", "overloaded", "bad_request", "not_ready", "model", "internal")
@@ -133,6 +134,18 @@ class EngineClient(Protocol):
                extra: Sequence[Chunk] = ()) -> int:
         """Prefill the document's cache for this context (the same prompt `complete` would build
         from the same arguments); tokens computed (0 if unknown)."""
+        ...
+
+    def rewrite(self, request: EditPrompt, *, fmt: str = "auto", doc_key: str = "_default",
+                max_new: int | None = None, speculative: bool = True,
+                cancel: threading.Event | None = None) -> Completion:
+        """A next edit: the editable region of `request` as the model rewrites it (greedy), in
+        the next-edit format `fmt` (completer/edits/formats.py; "auto": the one this model
+        reads). `text` is the region read back from the answer ("" and extra["malformed"] when
+        it held none); extra["edit_format"] names the format. Speculative: the region is the
+        draft (in-process: EditDrafter; a remote server: its own speculation), else plain
+        decoding; the text is the same either way. `max_new` bounds the tokens (default: the
+        region's x 1.25 + 32)."""
         ...
 
     def forget(self, doc_key: str) -> None:

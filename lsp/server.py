@@ -17,6 +17,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from completer import config, logs
+from completer.documents import PositionError
 
 from .options import SCOPES, parse_options, update_options
 from .protocol import Protocol
@@ -195,6 +196,13 @@ def build(cli: dict | None = None) -> CompleterServer:
 
     @ls.feature("completer/feedback")
     def feedback(ls: CompleterServer, params: Any):
+        if _get(params, "kind") == "nextEdit":
+            sid, accepted = _get(params, "id"), _get(params, "accepted")
+            if not (isinstance(sid, str) and isinstance(accepted, bool)):
+                log.warning("completer/feedback: expected {id, kind: 'nextEdit', accepted}: %.200r", params)
+            elif not ls.service.next_edit_feedback(sid, accepted):
+                log.warning("completer/feedback: no next edit %.80r was shown (or it was judged already)", sid)
+            return
         uri, text, accepted = _get(params, "uri"), _get(params, "text"), _get(params, "accepted")
         chars = _get(params, "acceptedChars")
         if not (isinstance(uri, str) and isinstance(text, str) and isinstance(accepted, bool)
@@ -221,6 +229,17 @@ def build(cli: dict | None = None) -> CompleterServer:
         if not (isinstance(uri, str) and all(isinstance(v, int) and not isinstance(v, bool) for v in (line, ch))):
             raise JsonRpcInvalidParams("expected {textDocument: {uri}, position: {line, character}}")
         return {"context": await ls.service.context(uri, line, ch)}
+
+    @ls.feature("completer/nextEdit")
+    async def next_edit(ls: CompleterServer, params: Any):
+        doc, pos = _get(params, "textDocument"), _get(params, "position")
+        uri, line, ch = _get(doc, "uri"), _get(pos, "line"), _get(pos, "character")
+        if not (isinstance(uri, str) and all(isinstance(v, int) and not isinstance(v, bool) for v in (line, ch))):
+            raise JsonRpcInvalidParams("expected {textDocument: {uri}, position: {line, character}}")
+        try:
+            return await ls.service.next_edit(uri, line, ch)
+        except PositionError as e:
+            raise JsonRpcInvalidParams(f"position: {e}") from None
 
     @ls.feature(t.SHUTDOWN)
     def shutdown(ls: CompleterServer, params: Any):

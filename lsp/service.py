@@ -8,14 +8,18 @@ talks to the user."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import statistics
 import threading
-from collections import Counter, deque
+import time
+import uuid
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 from pygls.uris import to_fs_path
 
@@ -24,6 +28,8 @@ from completer.client import EngineClient, EngineError, accepted_count
 from completer.config import needs_reload
 from completer.documents import Documents, PositionError, parser_count
 from completer.edits import EditHistory, change_from_lsp
+from completer.edits.diff import lsp_edits
+from completer.edits.predict import from_events, predict
 from completer.pipeline import complete_at, make_engine, prompt_for, warmup_at
 from completer.syntax import detect_triggers
 from completer.workspace import WorkspaceIndex
@@ -66,6 +72,17 @@ def _nothing() -> None:
     pass
 
 
+def _edit_key(uri: str) -> str:
+    """The engine's cache key for a document's next edits: beside its completions' (the two
+    prompts differ; one key would make each evict the other's cache)."""
+    return uri + "#next-edit"
+
+
+def _pct(values, q: float) -> float | None:
+    lat = sorted(values)
+    return round(lat[min(int(q * len(lat)), len(lat) - 1)], 3) if lat else None
+
+
 def _path(uri: str) -> str | None:
     """The file a `file:` URI names; None for other schemes (untitled:, a remote file system)."""
     return to_fs_path(uri) if uri.startswith("file:") else None
@@ -95,6 +112,9 @@ class Service:
         self.counters: Counter[str] = Counter()
         self.gates: Counter[str] = Counter()
         self.latency_ms: deque[float] = deque(maxlen=1000)
+        self.pending_edits: dict[str, Request] = {}  # uri → its live next-edit request
+        self.next_edit_ids: OrderedDict[str, bool] = OrderedDict()  # suggestions shown, awaiting feedback
+        self.next_edit_ms: deque[float] = deque(maxlen=1000)
         self.root: str | None = None               # the session's workspace folder
         self.index: WorkspaceIndex | None = None   # its index, from `initialized` on
         self.index_progress: IndexProgress | None = None
@@ -245,14 +265,16 @@ class Service:
             self.index.closed(path)  # the disk's text is the file's again
         self.docs.close(uri)
         self.warm_next.pop(uri, None)  # its snapshot (text and tree) goes with it
-        req = self.pending.pop(uri, None)
-        if req is not None:
-            req.stop()
+        for pending in (self.pending, self.pending_edits):
+            req = pending.pop(uri, None)
+            if req is not None:
+                req.stop()
         if self.engine is not None:
-            self._background(self.engine.forget, uri)  # free the document's KV cache
+            self._background(self.engine.forget, uri)  # free the document's KV caches
+            self._background(self.engine.forget, _edit_key(uri))
 
     def close_all(self) -> None:
-        for uri in {*self.pending, *self.docs.uris()}:
+        for uri in {*self.pending, *self.pending_edits, *self.docs.uris()}:
             self.close(uri)
 
     def change(self, uri: str, version: int, edits: list[Edit]) -> None:
@@ -451,6 +473,98 @@ class Service:
             return None
         return complete_at(engine, snap, offset, doc_key=uri, options=opts, cancel=cancel, **workspace)
 
+    # -- next edits (completer/edits) ------------------------------------------------------------
+    async def next_edit(self, uri: str, line: int, character: int) -> dict:
+        """completer/nextEdit: `{id, version, edits: [{range, newText}], reason?}` for the document
+        as it is now (`version`), edits in its position encoding; [] with the reason when there is
+        none (disabled, not open, no engine, dropped by a rule of completer/edits/predict, stale:
+        the document changed while it was computed). A newer request for the document stops an
+        older one. PositionError for a position outside the document."""
+        t0 = time.perf_counter()
+        self.counters["next_edit_requests"] += 1
+        doc = self.docs.get(uri)
+        if doc is None:
+            return self._no_edit(None, "unknown_document")
+        offset = doc.offset_at(line, character, strict=True)
+        if not self.options.next_edit:
+            return self._no_edit(doc.version, "disabled")
+        older = self.pending_edits.get(uri)
+        if older is not None:
+            older.stop()
+        req = self.pending_edits[uri] = Request()
+        snap, version = doc.snapshot(), doc.version
+        line = doc.position_at(offset)[0]
+        col = offset - doc.lines[line]
+        history = from_events(self.edits.recent(), self._edit_path)
+        opts = self.options
+        try:
+            if self.engine_state in ("loading", "not loaded"):
+                await asyncio.wait((req.stopped, self._load_future()), timeout=opts.ready_wait_ms / 1000,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            engine = self.engine
+            if req.cancel.is_set():
+                return self._no_edit(version, "cancelled")
+            if engine is None:
+                return self._no_edit(version, "no_engine")
+
+            def run():
+                if req.cancel.is_set():
+                    return None
+                return predict(engine, snap.text, line, col, history, path=self._edit_path(uri),
+                               language=snap.language, fmt=opts.next_edit_format, doc_key=_edit_key(uri),
+                               cancel=req.cancel, above=opts.next_edit_lines_above, below=opts.next_edit_lines_below,
+                               max_lines=opts.next_edit_max_lines, tree=snap.tree)
+
+            got = await asyncio.get_running_loop().run_in_executor(self.worker, run)
+        except asyncio.CancelledError:  # $/cancelRequest
+            req.stop()
+            raise
+        except Exception as e:  # noqa: BLE001 - EngineError: shown once; anything else: logged; both answer empty
+            self._fault(e)
+            return self._no_edit(version, "engine_error")
+        finally:
+            if self.pending_edits.get(uri) is req:
+                del self.pending_edits[uri]
+        if got is None:
+            return self._no_edit(version, "cancelled")
+        self._served()
+        now = self.docs.get(uri)
+        if now is None or now.version != version or now.text != snap.text:
+            return self._no_edit(version, "stale")  # never edits computed on an older text
+        if got.dropped is not None:
+            return self._no_edit(version, got.dropped)
+        self.next_edit_ms.append((time.perf_counter() - t0) * 1e3)
+        self.counters["next_edit_shown"] += 1
+        sid = uuid.uuid4().hex
+        self.next_edit_ids[sid] = True
+        while len(self.next_edit_ids) > 256:
+            self.next_edit_ids.popitem(last=False)
+        return {"id": sid, "version": version, "edits": lsp_edits(now, got.edits)}
+
+    def _no_edit(self, version: int | None, reason: str) -> dict:
+        self.counters[f"next_edit_dropped_{reason}"] += 1
+        return {"id": uuid.uuid4().hex, "version": version, "edits": [], "reason": reason}
+
+    def _edit_path(self, uri: str) -> str:
+        """A document's name in next-edit prompts: its path in the workspace (as the models saw
+        paths in training), else its file name (an absolute path says where the user keeps
+        their files, not what the code is), else the URI."""
+        path = _path(uri)
+        if path is None:
+            return uri
+        if self.root is not None:
+            with contextlib.suppress(ValueError):
+                return Path(path).relative_to(self.root).as_posix()
+        return Path(path).name
+
+    def next_edit_feedback(self, sid: str, accepted: bool) -> bool:
+        """The user accepted or dismissed the suggestion `sid` (each counted once); False for an
+        id this session did not show."""
+        if self.next_edit_ids.pop(sid, None) is None:
+            return False
+        self.counters["next_edit_accepted" if accepted else "next_edit_rejected"] += 1
+        return True
+
     # -- feedback and stats -------------------------------------------------------------------
     def feedback(self, uri: str, text: str, accepted: bool, accepted_chars: int | None) -> None:
         self.counters["accepted" if accepted else "rejected"] += 1
@@ -468,7 +582,7 @@ class Service:
         c = self.counters
         judged = c["accepted"] + c["rejected"]
         lat = sorted(self.latency_ms)
-        pct = (lambda q: round(lat[min(int(q * len(lat)), len(lat) - 1)], 3)) if lat else (lambda q: None)
+        pct = lambda q: _pct(lat, q)
         return {"engine": self.engine_state, "engine_error": self.engine_error, "documents": len(self.docs),
                 "parsed_documents": self.docs.parsed(), "parsers": parser_count(), "edit_events": len(self.edits),
                 **dict(c), "loads": c["loads"],
@@ -481,7 +595,10 @@ class Service:
                 "options": {n: v for n, v in self.options.values().items() if not config.OPTIONS[n].meta["secret"]},
                 "workspace": self.index.stats() if self.index is not None else None,
                 "latency_ms": {"p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99),
-                               "mean": round(statistics.fmean(lat), 3) if lat else None}}
+                               "mean": round(statistics.fmean(lat), 3) if lat else None},
+                "next_edit_shown": c["next_edit_shown"], "next_edit_accepted": c["next_edit_accepted"],
+                "next_edit_rejected": c["next_edit_rejected"],
+                "next_edit_latency_ms": {"p50": _pct(self.next_edit_ms, 0.5), "p90": _pct(self.next_edit_ms, 0.9)}}
 
     def shutdown(self) -> None:
         for req in self.pending.values():

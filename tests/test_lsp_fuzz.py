@@ -56,7 +56,8 @@ class Reader(threading.Thread):
 
 METHODS = ["initialize", "initialized", "textDocument/didOpen", "textDocument/didChange",
            "textDocument/didClose", "textDocument/inlineCompletion", "completer/stats",
-           "completer/feedback", "completer/documentInfo", "completer/context", "$/cancelRequest",
+           "completer/feedback", "completer/documentInfo", "completer/context", "completer/nextEdit",
+           "$/cancelRequest",
            "workspace/unknown", "textDocument/didSave", "workspace/didChangeWatchedFiles",
            "workspace/didChangeConfiguration", "textDocument/completion", ""]
 

@@ -174,6 +174,19 @@ EDIT_FORMATS: dict[str, EditFormat] = {
 }
 
 
+def edit_budget(draft_tokens: int, max_new: int | None = None) -> int:
+    """Tokens a rewrite may generate: the caller's bound, else the unchanged answer's tokens
+    x 1.25 + 32 (room for what the edit adds)."""
+    return max_new or draft_tokens * 5 // 4 + 32
+
+
+def read_answer(f: EditFormat, text: str) -> str | None:
+    """The region in an answer of format `f` (cut at the first of its stops; None: none in it)."""
+    for stop in f.stops:
+        text = text.split(stop, 1)[0]
+    return f.region(text)
+
+
 def detect(name: str, *, fim: str | None = None, model: str = "",
            has_token: Callable[[str], bool] = lambda text: False) -> EditFormat:
     """The format `name`, or for "auto": ours for the embedded pair (its FIM format is

@@ -25,7 +25,7 @@ from draft_models import DEFAULT_DIR
 
 from ..client import Chunk, Completion, EngineError, StopText, accepted_count, prompt_budget, stop_reason
 from ..config import OPTIONS, EngineConfig
-from ..edits.formats import EditFormat, EditPrompt
+from ..edits.formats import EditFormat, EditPrompt, edit_budget, read_answer
 from ..edits.formats import detect as detect_edit_format
 from ..fim import FimFormat, token_id
 from .batch import Via
@@ -346,7 +346,7 @@ class Engine:
         original = encode_text(self.tok, f.draft(request))
         drafter = EditDrafter(original) if speculative else None
         room = self.ctx - len(prompt) - 1  # drafts near the end shrink to fit (generate)
-        max_new = min(max_new or len(original) * 5 // 4 + 32, room)
+        max_new = min(edit_budget(len(original), max_new), room)
         if max_new < 1:
             raise EngineError(f"the next-edit prompt ({len(prompt)} tokens) leaves no room in the model's context of "
                               f"{self.ctx}", "bad_request")
@@ -363,10 +363,7 @@ class Engine:
                                            sampling=Sampling(0.0),
                                            draft=(drafter, drafter.adaptive_k() if drafter is not None else None),
                                            eos=frozenset(eos))
-        answer = self.decode(ids)
-        for s in texts:
-            answer = answer.split(s, 1)[0]
-        region = f.region(answer)
+        region = read_answer(f, self.decode(ids))
         st.total_ms = (time.perf_counter() - t0) * 1e3
         self._count(rewrites=1)
         return to_completion(region or "", ids, st, speculative, queue_ms=round(queue_ms, 3), edit_format=f.name,

@@ -22,7 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..client import Chunk, Completion, EngineError, StopText, prompt_budget
-from .transport import SAMPLING, Http, TokenMemo, follow, live_options
+from ..edits.formats import EditPrompt, edit_budget, read_answer, render
+from .transport import SAMPLING, Http, TokenMemo, edit_format, follow, live_options
 
 STOP_TYPES = {"eos": "eos", "limit": "length", "word": "stop"}  # llama-server's stop_type → ours
 
@@ -38,7 +39,7 @@ class LlamaCpp:
         self.slots: OrderedDict[str, int] = OrderedDict()  # doc → slot id, least recently used first
         self._lock = threading.Lock()
         self._memo = TokenMemo()
-        self.counters = {"completions": 0, "warmups": 0, "new_tokens": 0, "cached_tokens": 0,
+        self.counters = {"completions": 0, "rewrites": 0, "warmups": 0, "new_tokens": 0, "cached_tokens": 0,
                          "prefill_tokens": 0, "feedback_accepted": 0, "feedback_rejected": 0}
 
     # -- connection --------------------------------------------------------------------------
@@ -131,6 +132,45 @@ class LlamaCpp:
                           stop_reason=why or STOP_TYPES.get(last.get("stop_type", ""), last.get("stop_type", "")),
                           extra={"tokens_cached": cached, "id_slot": self.slots.get(doc_key),
                                  "server_ms": {k: timings[k] for k in ("prompt_ms", "predicted_ms") if k in timings}})
+
+    def rewrite(self, request: EditPrompt, *, fmt: str = "auto", doc_key: str = "_default",
+                max_new: int | None = None, speculative: bool = True,
+                cancel: threading.Event | None = None) -> Completion:
+        """The next-edit rewrite as a raw text prompt to `/completion` (greedy, the format's stops,
+        the document's slot and prompt cache). The server speculates with its own draft model or
+        n-gram mode when it was started with one; `speculative=False` asks it not to
+        (`speculative.n_max: 0`). Its draft counts, when it reports them, give τ."""
+        t0 = time.perf_counter()
+        self._ready()
+        f = edit_format(fmt, fim=None, model=self.model)
+        if cancel is not None and cancel.is_set():
+            return Completion("", stop_reason="cancelled", extra={"edit_format": f.name, "malformed": True})
+        n = edit_budget(self.count_tokens(f.draft(request)), max_new)
+        body = {"prompt": render(f.prompt(request)), "n_predict": n, "temperature": 0.0, "cache_prompt": True,
+                "id_slot": self._slot(doc_key), "stream": True, "stop": list(f.stops)}
+        if not speculative:
+            body["speculative.n_max"] = 0
+        events = self.http.stream("/completion", body, cancel, done=lambda ev: bool(ev.get("stop")))
+        text, last, why, ttft = follow(events, lambda ev: "" if ev.get("stop") else ev.get("content") or "",
+                                       None, None, cancel, t0, n)
+        if last.get("stop"):
+            text += last.get("content") or ""
+        timings = last.get("timings") or {}
+        new = int(last.get("tokens_predicted") or timings.get("predicted_n") or 0)
+        accepted = int(timings.get("draft_n_accepted") or 0)
+        forwards = max(new - accepted, 1 if new else 0)
+        region = read_answer(f, text)
+        self.counters["rewrites"] += 1
+        self.counters["new_tokens"] += new
+        total = (time.perf_counter() - t0) * 1e3
+        return Completion(region or "", new_tokens=new, target_forwards=forwards,
+                          accepted_per_forward=new / forwards if forwards else 0.0,
+                          ttft_ms=ttft if ttft is not None else total, total_ms=total, speculative=speculative,
+                          prompt_tokens=int(timings.get("cache_n", 0)) + int(timings.get("prompt_n", 0)),
+                          prefill_tokens=int(timings.get("prompt_n", 0)),
+                          stop_reason=why or STOP_TYPES.get(last.get("stop_type", ""), last.get("stop_type", "")),
+                          extra={"edit_format": f.name, "malformed": region is None,
+                                 "draft_n": int(timings.get("draft_n") or 0), "draft_n_accepted": accepted})
 
     def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
                extra: Sequence[Chunk] = ()) -> int:

@@ -23,8 +23,9 @@ from typing import Any
 
 from .. import fim
 from ..client import Chunk, Completion, EngineError, StopText, prompt_budget
+from ..edits.formats import EditPrompt, edit_budget, read_answer, render
 from ..fim import FIM_FORMATS
-from .transport import SAMPLING, Http, Superseded, TokenMemo, follow, live_options
+from .transport import SAMPLING, Http, Superseded, TokenMemo, edit_format, follow, live_options
 
 DEFAULT_CTX = 2048      # when the server does not say (vLLM says max_model_len, llama-server n_ctx_train)
 CHARS_PER_TOKEN = 3.0   # token estimate when the server has no /tokenize: errs towards more tokens
@@ -69,7 +70,7 @@ class OpenAI:
         self.ctx = 0
         self.exact_tokens = False  # whether the server answered /tokenize
         self._memo = TokenMemo()
-        self.counters = {"completions": 0, "warmups": 0, "new_tokens": 0, "prompt_tokens": 0,
+        self.counters = {"completions": 0, "rewrites": 0, "warmups": 0, "new_tokens": 0, "prompt_tokens": 0,
                          "feedback_accepted": 0, "feedback_rejected": 0}
 
     # -- connection --------------------------------------------------------------------------
@@ -177,6 +178,46 @@ class OpenAI:
                           prefill_tokens=prompt - cached,
                           stop_reason=why or {"stop": "eos", "length": "length"}.get(finish.get("reason", ""), ""),
                           extra={"model": self.model, "fim_format": self.fmt, "tokens_cached": cached})
+
+    def rewrite(self, request: EditPrompt, *, fmt: str = "auto", doc_key: str = "_default",
+                max_new: int | None = None, speculative: bool = True,
+                cancel: threading.Event | None = None) -> Completion:
+        """The next-edit rewrite as a raw text prompt to `/v1/completions` (greedy, the format's
+        stops). Speculation is the server's own (vLLM's n-gram or draft model, when configured);
+        the API has no per-request switch, so `speculative` is only reported."""
+        t0 = time.perf_counter()
+        self._ready()
+        f = edit_format(fmt, fim=None if self.fmt == SERVER_FIM else self.fmt, model=self.model or "")
+        if cancel is not None and cancel.is_set():
+            return Completion("", stop_reason="cancelled", extra={"edit_format": f.name, "malformed": True})
+        n = edit_budget(self.count_tokens(f.draft(request)), max_new)
+        body = {"model": self.model, "prompt": render(f.prompt(request)), "max_tokens": n, "temperature": 0.0,
+                "stream": True, "stop": list(f.stops), "user": doc_key, "stream_options": {"include_usage": True}}
+        events = self.http.stream(self.api + "/completions", body, cancel, done=lambda ev: False)
+        finish: dict = {}
+        usage: dict = {}
+
+        def text_of(ev: dict) -> str:
+            if isinstance(ev.get("usage"), dict):
+                usage.update(ev["usage"])
+            choices = ev.get("choices")
+            if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+                return ""
+            if choices[0].get("finish_reason"):
+                finish["reason"] = choices[0]["finish_reason"]
+            return str(choices[0].get("text") or "")
+
+        text, _, why, ttft = follow(events, text_of, None, None, cancel, t0, n)
+        new, prompt = int(usage.get("completion_tokens") or 0), int(usage.get("prompt_tokens") or 0)
+        region = read_answer(f, text)
+        self.counters["rewrites"] += 1
+        self.counters["new_tokens"] += new
+        total = (time.perf_counter() - t0) * 1e3
+        return Completion(region or "", new_tokens=new, target_forwards=new, accepted_per_forward=1.0 if new else 0.0,
+                          ttft_ms=ttft if ttft is not None else total, total_ms=total, speculative=speculative,
+                          prompt_tokens=prompt,
+                          stop_reason=why or {"stop": "eos", "length": "length"}.get(finish.get("reason", ""), ""),
+                          extra={"edit_format": f.name, "malformed": region is None, "model": self.model})
 
     def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
                extra: Sequence[Chunk] = ()) -> int:

@@ -24,6 +24,8 @@ from urllib.parse import urlsplit
 
 from .. import errors
 from ..client import EngineError
+from ..edits.formats import EditFormat
+from ..edits.formats import detect as detect_edit_format
 
 BACKOFF_S = 0.1     # first retry after this; doubles per retry
 BACKOFF_MAX_S = 2.0
@@ -50,6 +52,15 @@ def live_options(values: dict, names: tuple[str, ...]) -> dict:
                 raise EngineError(code="bad_request", message=f"{name} = {values[name]!r} is not allowed")
             out[name] = value
     return out
+
+
+def edit_format(name: str, *, fim: str | None, model: str) -> EditFormat:
+    """The next-edit format `name` (or "auto": from the model's FIM format and name) of a remote
+    model; EngineError("bad_request") for an unknown name."""
+    try:
+        return detect_edit_format(name, fim=fim, model=model)
+    except ValueError as e:
+        raise EngineError(str(e), "bad_request") from None
 
 
 def read_limit(max_new: int) -> int:

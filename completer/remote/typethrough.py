@@ -12,6 +12,7 @@ from typing import Any
 
 from .. import typethrough
 from ..client import Chunk, Completion, EngineClient, StopText
+from ..edits.formats import EditPrompt
 from .transport import live_options
 
 MAX_DOCS = 1024  # type-through remembers the last completion of this many documents
@@ -77,6 +78,10 @@ class TypeThrough:
     def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
                extra: Sequence[Chunk] = ()) -> int:
         return self.inner.warmup(prefix, suffix, doc_key=doc_key, extra=extra)
+
+    def rewrite(self, request: EditPrompt, **kw: Any) -> Completion:
+        """Next edits are not typed through: the inner client's."""
+        return self.inner.rewrite(request, **kw)
 
     def feedback(self, doc_key: str, text: str, accepted: bool, accepted_chars: int | None = None) -> None:
         self.inner.feedback(doc_key, text, accepted, accepted_chars)

@@ -33,6 +33,7 @@ import msgpack
 
 from .. import errors
 from ..client import Chunk, Completion, EngineError, StopText, prompt_budget
+from ..edits.formats import EditPrompt
 from .transport import BACKOFF_MAX_S, BACKOFF_S, live_options, read_limit
 
 _CLOSED = object()
@@ -235,6 +236,50 @@ class WsEngine:
                     c = Completion.from_json(stats)
                     c.extra["cancelled"] = bool(msg.get("cancelled", False))
                     return c
+        except EngineError:
+            self.counters["errors"] += 1
+            raise
+        finally:
+            self._waiters.pop(rid, None)
+
+    def rewrite(self, request: EditPrompt, *, fmt: str = "auto", doc_key: str = "_default",
+                max_new: int | None = None, speculative: bool = True,
+                cancel: threading.Event | None = None) -> Completion:
+        """As EngineClient.rewrite: a `rewrite` frame; the service's engine reads `fmt` for its
+        model and speculates with the region as the draft. `cancel` sends a cancel frame."""
+        deadline = time.monotonic() + self.timeout
+        rid = next(self._ids)
+        q: queue.Queue = queue.Queue()
+        self._waiters[rid] = q
+        frame = {"type": "rewrite", "id": rid, "doc": doc_key, "path": request.path, "region": request.region,
+                 "cursor": request.cursor, "before": request.before, "after": request.after, "format": fmt,
+                 "speculative": speculative,
+                 "history": [{"path": h.path, "old": h.old, "new": h.new} for h in request.history]}
+        if max_new is not None:
+            frame["max_new_tokens"] = max_new
+        self.counters["requests"] += 1
+        cancelled = False
+        try:
+            self._send(frame)
+            while True:
+                if cancel is not None and cancel.is_set() and not cancelled:
+                    cancelled = True
+                    self._send({"type": "cancel", "id": rid})
+                if time.monotonic() > deadline:
+                    self._send({"type": "cancel", "id": rid})
+                    raise EngineError(code="unavailable", message=f"{self.url} did not finish the next edit "
+                                                                  f"within {self.timeout * 1e3:.0f} ms (engine_timeout_ms)")
+                try:
+                    msg = q.get(timeout=0.02)
+                except queue.Empty:
+                    continue
+                if msg is _CLOSED:
+                    raise EngineError(code="unavailable", message=f"the connection to {self.url} closed "
+                                                                  f"mid-request{self._closed_why or ' (the service stopped?)'}")
+                if msg["type"] == "error":
+                    raise EngineError(code=errors.engine_code(msg.get("code")), message=msg.get("message", ""))
+                if msg["type"] == "rewrite":
+                    return Completion.from_json({**(msg.get("stats") or {}), "text": msg.get("text", "")})
         except EngineError:
             self.counters["errors"] += 1
             raise

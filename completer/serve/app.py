@@ -30,6 +30,9 @@ from aiohttp import WSCloseCode, web
 from .. import errors, netguard, pipeline
 from ..client import Completion, EngineError
 from ..config import ServeConfig
+from ..documents import PositionError
+from ..edits.formats import EditPrompt
+from ..edits.predict import HistoryError, NextEdit, from_versions, predict
 from . import openai, protocol, ws
 from .metrics import Metrics
 from .protocol import Job, Refused
@@ -177,6 +180,61 @@ class EngineService:
             c.prompt_tokens = len(self.engine.fim_prompt(job.prefix, job.suffix, job.max_new, job.extra))
             c.new_tokens = self.engine.count_tokens(c.text)
         return c
+
+    async def rewrite(self, request: EditPrompt, fmt: str, doc_key: str, max_new: int | None, speculative: bool,
+                      cancel: threading.Event) -> Completion:
+        """The engine's rewrite of `request` in a worker thread (a remote language server's next
+        edit: it made the prompt's parts itself). Raises Refused as for a completion."""
+        def work() -> Completion:
+            if cancel.is_set():
+                return Completion("", stop_reason="cancelled")
+            return self.engine.rewrite(request, fmt=fmt, doc_key=doc_key, max_new=max_new, speculative=speculative,
+                                       cancel=cancel)
+
+        return await self._run(work, doc_key, cancel, "rewrite", lambda c: c.stop_reason != "cancelled")
+
+    async def next_edit(self, text: str, line: int, col: int, before: str, path: str, language: str | None,
+                        doc_key: str, cancel: threading.Event) -> NextEdit:
+        """The next edit after `before` became `text` (completer/edits/predict.py), in a worker
+        thread. Raises Refused: bad_request for a position outside the text or a `before` that is
+        not an earlier version of it; the engine's errors as for a completion."""
+        def work() -> NextEdit:
+            if cancel.is_set():
+                return NextEdit(dropped="cancelled")
+            try:
+                history = from_versions(before, text, path)
+                return predict(self.engine, text, line, col, history, path=path, language=language,
+                               doc_key=doc_key, cancel=cancel)
+            except (HistoryError, PositionError) as e:
+                raise Refused("bad_request", str(e)) from None
+
+        got = await self._run(work, doc_key, cancel, "next_edit", lambda ne: ne.dropped is None)
+        return NextEdit(dropped="cancelled") if got is None else got
+
+    async def _run(self, work: Callable[[], object], doc_key: str, cancel: threading.Event, kind: str,
+                   ok: Callable[[object], bool]):
+        """`work()` in a worker thread (None when a newer request for `doc_key` took its place in
+        the queue), counted in the metrics as `kind`: ok or empty by `ok(result)`, or error. An
+        EngineError becomes the service's Refused."""
+        self.cancels.add(cancel)
+        try:
+            if self.stopping:
+                raise Refused("not_ready", "the server is shutting down")
+            fut = await self.workers.run(doc_key, work)
+            got = None if fut is None else await fut
+        except Refused:
+            self.metrics.requests.labels(kind, "error").inc()
+            raise
+        except EngineError as e:
+            self.metrics.requests.labels(kind, "error").inc()
+            raise self._refusal(e) from None
+        except BaseException:
+            cancel.set()  # the client went away, or our bug: the caller answers it
+            raise
+        finally:
+            self.cancels.discard(cancel)
+        self.metrics.requests.labels(kind, "ok" if got is not None and ok(got) else "empty").inc()
+        return got
 
     def warmup(self, job: Job) -> None:
         """Prefill the prompt `job` would use as a completion (through the syntax layer when it

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import msgpack
 
 from ..client import Chunk, StopText
+from ..edits.formats import HistoryItem
 from ..wellformed import well_formed
 
 PROTOCOL_VERSION = "1"
@@ -30,6 +31,12 @@ FRAMES: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "feedback": {"id": (ID, True), "accepted": ((bool,), True), "accepted_chars": ((int,), False),
                  "doc": ((str,), False), "text": ((str,), False)},
     "forget": {"doc": ((str,), True)},
+    "next_edit": {"id": (ID, True), "text": ((str,), True), "line": ((int,), True), "col": ((int,), True),
+                  "before": ((str,), True), "path": ((str,), False), "language": ((str,), False)},
+    "rewrite": {"id": (ID, True), "doc": ((str,), True), "history": ((list,), True), "path": ((str,), True),
+                "region": ((str,), True), "cursor": ((int,), False), "before": ((str,), False),
+                "after": ((str,), False), "format": ((str,), False), "speculative": ((bool,), False),
+                "max_new_tokens": ((int,), False)},
 }
 _TYPE_NAMES = {int: "an integer", str: "a string", bool: "a boolean", float: "a number", list: "a list",
                dict: "a map"}
@@ -167,6 +174,22 @@ def chunks(value: list | None, name: str = "extra") -> tuple[Chunk, ...]:
         if size > MAX_CHUNK_BYTES:
             raise BadRequest(f'"{name}" holds more than {MAX_CHUNK_BYTES >> 10} KiB of text (at {where})', name)
         out.append(Chunk(path, text))
+    return tuple(out)
+
+
+def history(value: list, name: str = "history") -> tuple[HistoryItem, ...]:
+    """The `history` field of a rewrite frame (a list of {path, old, new} maps, oldest first) as
+    HistoryItems, at most MAX_CHUNKS of them. Raises BadRequest naming the item."""
+    if len(value) > MAX_CHUNKS:
+        raise BadRequest(f'"{name}" has {len(value)} items; at most {MAX_CHUNKS}', name)
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise BadRequest(f'"{name}[{i}]" must be a map {{path, old, new}}, not {type(item).__name__}', name)
+        try:
+            out.append(HistoryItem(*(check(item, k, (str,), True) for k in ("path", "old", "new"))))
+        except BadRequest as e:
+            raise BadRequest(f'"{name}[{i}]": {e}', name) from None
     return tuple(out)
 
 

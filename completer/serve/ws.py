@@ -1,5 +1,5 @@
 """The WebSocket endpoint of `completer serve` (`GET /ws`, docs/websocket.md): one connection's
-life and the seven frame handlers. Frames are parsed and checked by protocol.py; a completion
+life and the nine frame handlers. Frames are parsed and checked by protocol.py; a completion
 runs through the service's `complete` like an OpenAI request does (openai.py beside this).
 
 Handlers are thin: check the frame, hand a `Job` (or a warmup) to the service, answer. Every
@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from aiohttp import WSMsgType, web
 
 from .. import netguard
+from ..client import Completion
+from ..edits.formats import EditPrompt
 from . import protocol
 from .protocol import PROTOCOL_VERSION, BadRequest, FrameError, Job, Refused, error, pack
 
@@ -109,23 +111,16 @@ def _max_new(service, f: dict) -> int | None:
 
 def _complete(service, conn: Conn, f: dict) -> dict | None:
     id_ = f["id"]
-    if not service.ready:
-        return error(id_, "not_ready", "models are still loading; retry when /health says ready",
-                     service.retry_after_ms())
+    refused = _admit(service, conn, id_)
+    if refused is not None:
+        return refused
     max_new = _max_new(service, f)
-    if id_ in conn.inflight:
-        raise BadRequest(f"request id {id_!r} is already in flight", "id")
-    if len(conn.inflight) >= service.cfg.max_inflight:
-        return error(id_, "overloaded", f"{len(conn.inflight)} requests in flight on this connection",
-                     service.retry_after_ms())
     job = Job(_doc_key(conn, f["doc"]), f["prefix"], f["suffix"] or "", f["language"], max_new,
               f["node_kind"], stream=f["stream"] is not False, temperature=protocol.option(f, "temperature"),
               top_p=protocol.option(f, "top_p"), extra=protocol.chunks(f["extra"]))
     conn.docs.add(f["doc"])
     conn.inflight[id_] = cancel = threading.Event()
-    task = asyncio.get_running_loop().create_task(_answer(service, conn, id_, job, cancel))
-    conn.tasks.add(task)
-    task.add_done_callback(conn.tasks.discard)
+    _start(conn, _answer(service, conn, id_, job, cancel))
     return None
 
 
@@ -144,6 +139,90 @@ async def _answer(service, conn: Conn, id_, job: Job, cancel: threading.Event) -
         cancel.set()  # the connection closed under us
     finally:
         conn.inflight.pop(id_, None)
+
+
+def _next_edit(service, conn: Conn, f: dict) -> dict | None:
+    id_ = f["id"]
+    refused = _admit(service, conn, id_)
+    if refused is not None:
+        return refused
+    path = f["path"] or "untitled"
+    doc = "\0next-edit:" + path  # its cache beside the document's completions', freed with the connection
+    conn.docs.add(doc)
+    conn.inflight[id_] = cancel = threading.Event()
+    _start(conn, _answer_edit(service, conn, id_, f, path, doc, cancel))
+    return None
+
+
+async def _answer_edit(service, conn: Conn, id_, f: dict, path: str, doc: str, cancel: threading.Event) -> None:
+    send = conn.ws.send_bytes
+    try:
+        try:
+            ne = await service.next_edit(f["text"], f["line"], f["col"], f["before"], path, f["language"],
+                                         _doc_key(conn, doc), cancel)
+        except Refused as e:
+            await send(pack(error(id_, e.code, e.message, e.retry_after_ms)))
+            return
+        out = ne.to_json()
+        reply = {"type": "next_edit", "id": id_, "edits": out.pop("edits"), "stats": out}
+        if "reason" in out:
+            reply["reason"] = out.pop("reason")
+        await send(pack(reply))
+    except ConnectionError:
+        cancel.set()
+    finally:
+        conn.inflight.pop(id_, None)
+
+
+def _rewrite(service, conn: Conn, f: dict) -> dict | None:
+    id_ = f["id"]
+    refused = _admit(service, conn, id_)
+    if refused is not None:
+        return refused
+    max_new = _max_new(service, f)
+    request = EditPrompt(protocol.history(f["history"]), f["path"], f["region"], f["cursor"] or 0,
+                         f["before"] or "", f["after"] or "")
+    conn.docs.add(f["doc"])
+    conn.inflight[id_] = cancel = threading.Event()
+
+    async def answer(send=conn.ws.send_bytes) -> None:
+        try:
+            try:
+                c = await service.rewrite(request, f["format"] or "auto", _doc_key(conn, f["doc"]), max_new,
+                                          f["speculative"] is not False, cancel)
+            except Refused as e:
+                await send(pack(error(id_, e.code, e.message, e.retry_after_ms)))
+                return
+            c = c or Completion("", stop_reason="superseded")
+            stats = {k: v for k, v in c.to_json().items() if k not in ("text", "token_ids")}
+            await send(pack({"type": "rewrite", "id": id_, "text": c.text, "stats": stats}))
+        except ConnectionError:
+            cancel.set()
+        finally:
+            conn.inflight.pop(id_, None)
+
+    _start(conn, answer())
+    return None
+
+
+def _admit(service, conn: Conn, id_) -> dict | None:
+    """The error frame for a request the connection cannot take now, else None. Raises BadRequest
+    for an id already in flight."""
+    if not service.ready:
+        return error(id_, "not_ready", "models are still loading; retry when /health says ready",
+                     service.retry_after_ms())
+    if id_ in conn.inflight:
+        raise BadRequest(f"request id {id_!r} is already in flight", "id")
+    if len(conn.inflight) >= service.cfg.max_inflight:
+        return error(id_, "overloaded", f"{len(conn.inflight)} requests in flight on this connection",
+                     service.retry_after_ms())
+    return None
+
+
+def _start(conn: Conn, coro) -> None:
+    task = asyncio.get_running_loop().create_task(coro)
+    conn.tasks.add(task)
+    task.add_done_callback(conn.tasks.discard)
 
 
 def _warmup(service, conn: Conn, f: dict) -> dict | None:
@@ -176,4 +255,4 @@ def _forget(service, conn: Conn, f: dict) -> None:
 
 
 HANDLERS = {"hello": _hello, "ping": _ping, "complete": _complete, "warmup": _warmup, "cancel": _cancel,
-            "feedback": _feedback, "forget": _forget}
+            "feedback": _feedback, "forget": _forget, "next_edit": _next_edit, "rewrite": _rewrite}

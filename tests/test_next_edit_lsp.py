@@ -1,0 +1,99 @@
+"""completer/nextEdit end to end: the real `completer-lsp` process on the embedded pair — the
+result's shape, the reasons it gives when there is no edit (no history, disabled, stale: the
+document changed while the edit was computed), bad params answered with an error while the
+server lives on, next-edit feedback and its counters in completer/stats."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import pytest_lsp
+from lsprotocol import types as t
+from pygls.exceptions import JsonRpcException
+from pytest_lsp import LanguageClient
+from test_lsp import SERVER, _open, _start, _type
+
+URI = "file:///tmp/store.py"
+SOURCE = '''\
+class Store:
+    def add(self, name, value):
+        path = "😀/" + name
+        print("adding", name, value)
+        self.items.append((path, name, value))
+        return name
+'''
+
+
+@pytest_lsp.fixture(config=SERVER)
+async def client(lsp_client: LanguageClient):
+    yield
+    await lsp_client.shutdown_session()
+
+
+def _ask(client: LanguageClient, line: int, col: int, uri: str = URI):
+    return client.protocol.send_request_async("completer/nextEdit", {
+        "textDocument": {"uri": uri}, "position": {"line": line, "character": col}})
+
+
+async def _renamed(client: LanguageClient) -> None:
+    """The user renames the parameter `name` to `key` in the signature (an edit event)."""
+    _open(client, SOURCE, URI)
+    _type(client, 1, 18, "key", 2, URI)
+    client.text_document_did_change(t.DidChangeTextDocumentParams(
+        text_document=t.VersionedTextDocumentIdentifier(uri=URI, version=3),
+        content_changes=[t.TextDocumentContentChangePartial(
+            range=t.Range(start=t.Position(line=1, character=21), end=t.Position(line=1, character=25)), text="")]))
+
+
+@pytest.mark.asyncio
+async def test_next_edit_shape_reasons_and_stats(client: LanguageClient):
+    await _start(client, {"device": "cpu"})
+    _open(client, SOURCE, URI)
+    got = await _ask(client, 2, 8)
+    assert got.edits == [] and got.reason == "no_history" and got.version == 1 and isinstance(got.id, str)
+    await _renamed(client)
+    got = await _ask(client, 1, 21)
+    assert got.version == 3 and isinstance(got.id, str) and isinstance(got.edits, list)
+    assert (got.edits == []) == hasattr(got, "reason")
+    for e in got.edits:  # positions inside the document as it is at version 3 (UTF-16 columns)
+        assert 0 <= e.range.start.line <= e.range.end.line <= SOURCE.count("\n")
+        assert isinstance(e.newText, str)
+    client.protocol.notify("completer/feedback", {"id": "not-shown", "kind": "nextEdit", "accepted": True})
+    client.protocol.notify("completer/feedback", {"id": got.id, "kind": "nextEdit", "accepted": "yes"})
+    stats = await client.protocol.send_request_async("completer/stats", {})
+    assert stats.next_edit_requests == 2 and stats.next_edit_accepted == 0 and stats.next_edit_rejected == 0
+    assert stats.next_edit_shown == int(bool(got.edits))
+    assert stats.next_edit_dropped_no_history == 1
+    client.workspace_did_change_configuration(t.DidChangeConfigurationParams(settings={"completer": {"next_edit": False}}))
+    await client.protocol.send_request_async("completer/stats", {})
+    got = await _ask(client, 1, 21)
+    assert (got.edits, got.reason) == ([], "disabled")
+
+
+@pytest.mark.asyncio
+async def test_an_edit_computed_on_an_older_text_is_dropped(client: LanguageClient):
+    await _start(client, {"device": "cpu"})
+    await _renamed(client)
+    pending = asyncio.ensure_future(_ask(client, 1, 21))
+    await asyncio.sleep(0.05)  # the request is on its way to the engine
+    _type(client, 5, 0, "#", 4, URI)  # the user types on while it computes
+    got = await pending
+    assert (got.edits, got.reason, got.version) == ([], "stale", 3)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("params", [
+    {}, {"textDocument": {"uri": URI}}, {"textDocument": {"uri": 3}, "position": {"line": 0, "character": 0}},
+    {"textDocument": {"uri": URI}, "position": {"line": "0", "character": 0}},
+    {"textDocument": {"uri": URI}, "position": {"line": 99, "character": 0}},
+    {"textDocument": {"uri": URI}, "position": {"line": -1, "character": 0}},
+])
+async def test_bad_params_are_an_error_and_the_server_lives(client: LanguageClient, params):
+    await _start(client, {"device": "cpu"})
+    _open(client, SOURCE, URI)
+    with pytest.raises(JsonRpcException, match="position|expected"):
+        await client.protocol.send_request_async("completer/nextEdit", params)
+    got = await _ask(client, 0, 0, "file:///not/open.py")
+    assert (got.edits, got.reason, got.version) == ([], "unknown_document", None)
+    stats = await client.protocol.send_request_async("completer/stats", {})
+    assert stats.engine == "ready"

@@ -1,0 +1,180 @@
+"""Next edits on remote engines: the rewrite as a raw text prompt to llama-server's /completion
+and to an OpenAI-compatible /v1/completions (against a scripted HTTP server: the request each
+sends, the answer read back, the numbers), the real llama-server serving the embedded target
+(skipped when it is not built, as tests/test_remote_llamacpp.py), and completer/nextEdit end to
+end through the real language server on a scripted llama-server: the edits' LSP positions in
+UTF-16, the feedback counted, and the latency in completer/stats."""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import pytest_lsp
+from lsprotocol import types as t
+from pytest_lsp import LanguageClient
+from test_lsp import SERVER, _open, _start, _type
+
+from completer.client import EngineError
+from completer.edits.formats import EDIT_FORMATS, EditPrompt, HistoryItem, render
+from completer.remote import connect
+
+REGION = "def f(name):\n    return name + 1\n"
+REQ = EditPrompt((HistoryItem("a.py", "def f(x):\n", "def f(name):\n"),), "a.py", REGION, 6)
+
+
+class Scripted(ThreadingHTTPServer):
+    """llama-server's /props, /tokenize, /completion and /v1/models, /v1/completions, streaming
+    `answer` in two deltas."""
+    daemon_threads = True
+
+    def __init__(self, model: str = "fake-model"):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.model, self.answer, self.bodies = model, "", []
+        threading.Thread(target=self.serve_forever, args=(0.02,), daemon=True).start()
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+def _sse(*events) -> bytes:
+    return b"".join(b"data: " + (e if isinstance(e, bytes) else json.dumps(e).encode()) + b"\n\n" for e in events)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, *a) -> None:
+        pass
+
+    def _send(self, body: bytes, ctype: str = "application/json") -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        props = {"default_generation_settings": {"n_ctx": 4096}, "total_slots": 2, "model_alias": self.server.model}
+        models = {"object": "list", "data": [{"id": self.server.model, "object": "model", "owned_by": "x"}]}
+        self._send(json.dumps(props if self.path == "/props" else models).encode())
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        self.server.bodies.append((self.path, body))
+        a = self.server.answer
+        half = len(a) // 2
+        if self.path == "/tokenize":
+            self._send(json.dumps({"tokens": list(range(len(body.get("content", "")) // 3 + 1))}).encode())
+        elif self.path == "/completion":
+            self._send(_sse({"content": a[:half], "stop": False}, {"content": a[half:], "stop": False},
+                            {"content": "", "stop": True, "stop_type": "word", "tokens_predicted": 12,
+                             "timings": {"prompt_n": 40, "cache_n": 10, "predicted_n": 12, "draft_n": 10,
+                                         "draft_n_accepted": 8}}), "text/event-stream")
+        else:
+            chunk = lambda s, why=None: {"choices": [{"text": s, "index": 0, "finish_reason": why}]}
+            self._send(_sse(chunk(a[:half]), chunk(a[half:]), chunk("", "stop"),
+                            {"choices": [], "usage": {"prompt_tokens": 50, "completion_tokens": 12}}, b"[DONE]"),
+                       "text/event-stream")
+
+
+@pytest.fixture
+def scripted():
+    s = Scripted()
+    yield s
+    s.shutdown()
+    s.server_close()
+
+
+def test_llama_server_rewrite_request_and_answer(scripted):
+    c = connect(f"llamacpp:{scripted.base}")
+    scripted.answer = "def f(name):\n    return name + 2\n"
+    got = c.rewrite(REQ, fmt="sweep", doc_key="a.py")
+    assert got.text == scripted.answer and got.extra == {"edit_format": "sweep", "malformed": False,
+                                                         "draft_n": 10, "draft_n_accepted": 8}
+    assert (got.new_tokens, got.target_forwards, got.accepted_per_forward) == (12, 4, 3.0)
+    assert got.stop_reason == "stop" and got.speculative and got.prompt_tokens == 50
+    path, body = scripted.bodies[-1]
+    assert path == "/completion" and body["prompt"] == render(EDIT_FORMATS["sweep"].prompt(REQ))
+    assert body["stop"] == list(EDIT_FORMATS["sweep"].stops) and body["temperature"] == 0.0
+    assert body["cache_prompt"] is True and isinstance(body["id_slot"], int) and "speculative.n_max" not in body
+    assert body["n_predict"] == (len(REGION) // 3 + 1) * 5 // 4 + 32  # the region's tokens x 1.25 + 32
+    c.rewrite(REQ, fmt="sweep", doc_key="a.py", speculative=False, max_new=9)
+    assert scripted.bodies[-1][1]["speculative.n_max"] == 0 and scripted.bodies[-1][1]["n_predict"] == 9
+    # auto: a model named after neither family, no FIM format known → Zeta's plain-text format
+    scripted.answer = "```a.py\n<|editable_region_start|>\ndef f(name):\n    return name<|user_cursor_is_here|>\n"
+    got = c.rewrite(REQ, doc_key="a.py")
+    assert (got.text, got.extra["edit_format"]) == ("def f(name):\n    return name\n", "zeta")
+    scripted.answer = "no markers at all"
+    got = c.rewrite(REQ, doc_key="a.py")
+    assert (got.text, got.extra["malformed"]) == ("", True)
+    with pytest.raises(EngineError, match="next-edit format"):
+        c.rewrite(REQ, fmt="nope")
+    assert c.stats()["rewrites"] == 4
+
+
+def test_openai_compatible_rewrite(scripted):
+    scripted.model = "sweepai/sweep-next-edit-1.5B"
+    c = connect(f"openai:{scripted.base}/v1", fim_format="qwen")
+    scripted.answer = "def f(name):\n    return name * 2\n"
+    got = c.rewrite(REQ, doc_key="doc-1")
+    assert got.text == scripted.answer and got.extra["edit_format"] == "sweep" and got.stop_reason == "eos"
+    assert (got.new_tokens, got.prompt_tokens) == (12, 50)
+    path, body = scripted.bodies[-1]
+    assert path == "/v1/completions" and body["prompt"].endswith("<|file_sep|>updated/a.py\n")
+    assert body["stop"] == ["<|file_sep|>", "<|endoftext|>", "<|im_end|>"] and body["user"] == "doc-1"
+    assert body["model"] == "sweepai/sweep-next-edit-1.5B" and body["temperature"] == 0.0
+
+
+def test_real_llama_server_rewrites_in_our_format():
+    from test_remote_llamacpp import LlamaServer, llama_paths
+
+    binary, gguf = llama_paths()
+    server = LlamaServer(binary, gguf).start()
+    try:
+        c = connect(f"llamacpp:{server.url}")
+        got = c.rewrite(REQ, fmt="completer", doc_key="a.py", max_new=24)
+        assert got.new_tokens > 0 and got.stop_reason in ("eos", "length") and got.extra["edit_format"] == "completer"
+        plain = c.rewrite(REQ, fmt="completer", doc_key="b.py", max_new=24, speculative=False)
+        assert plain.text == got.text  # greedy: the same answer however the server decodes it
+    finally:
+        server.kill()
+
+
+# -- completer/nextEdit through the real language server on a scripted llama-server --------------
+URI = "file:///tmp/emoji.py"
+SOURCE = 'def greet(name):\n    s = "😀 " + name\n    return s, name\n'
+
+
+@pytest_lsp.fixture(config=SERVER)
+async def client(lsp_client: LanguageClient):
+    yield
+    await lsp_client.shutdown_session()
+
+
+@pytest.mark.asyncio
+async def test_next_edit_positions_are_utf16_and_feedback_counts(client: LanguageClient, scripted):
+    await _start(client, {"engine": f"llamacpp:{scripted.base}", "next_edit_format": "sweep"})
+    _open(client, SOURCE, URI)
+    _type(client, 0, 10, "who", 2, URI)  # the parameter renamed: name → whoname → (below) who
+    client.text_document_did_change(t.DidChangeTextDocumentParams(
+        text_document=t.VersionedTextDocumentIdentifier(uri=URI, version=3),
+        content_changes=[t.TextDocumentContentChangePartial(
+            range=t.Range(start=t.Position(line=0, character=13), end=t.Position(line=0, character=17)), text="")]))
+    now = SOURCE.replace("greet(name)", "greet(who)")
+    scripted.answer = now.replace("+ name", "+ who").replace("s, name", "s, who")
+    got = await client.protocol.send_request_async("completer/nextEdit", {
+        "textDocument": {"uri": URI}, "position": {"line": 0, "character": 13}})
+    assert got.version == 3 and not hasattr(got, "reason"), got
+    ranges = [((e.range.start.line, e.range.start.character), (e.range.end.line, e.range.end.character), e.newText)
+              for e in got.edits]
+    # line 1 `    s = "😀 " + name`: `name` at chars 15-19, UTF-16 units 16-20 (the emoji takes two)
+    assert ranges == [((1, 16), (1, 20), "who"), ((2, 14), (2, 18), "who")]
+    ((_, body),) = [b for b in scripted.bodies if b[0] == "/completion"]
+    assert "<|file_sep|>emoji.py.diff\noriginal:\ndef greet(name):\nupdated:\ndef greet(who):\n" in body["prompt"]
+    client.protocol.notify("completer/feedback", {"id": got.id, "kind": "nextEdit", "accepted": True})
+    client.protocol.notify("completer/feedback", {"id": got.id, "kind": "nextEdit", "accepted": False})  # once
+    stats = await client.protocol.send_request_async("completer/stats", {})
+    assert (stats.next_edit_shown, stats.next_edit_accepted, stats.next_edit_rejected) == (1, 1, 0)
+    assert stats.next_edit_latency_ms.p50 > 0 and stats.next_edit_latency_ms.p90 >= stats.next_edit_latency_ms.p50

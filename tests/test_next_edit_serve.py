@@ -1,0 +1,93 @@
+"""The `next_edit` frame of `completer serve` end to end: a real server on the embedded pair and a
+real websockets client — the reply's shape (edits in the text's lines and character columns, the
+engine's numbers), the reasons (no history), bad frames and bad input answered with error frames
+while the connection keeps serving, and cancellation."""
+from __future__ import annotations
+
+import msgpack
+import pytest
+from test_serve import ask, start_server, stop_server
+from websockets.asyncio.client import connect as ws_connect
+
+from completer.edits.diff import TextEdit, apply_edits
+
+BEFORE = '''\
+def add(name, value):
+    path = "😀/" + name
+    print("adding", name, value)
+    return path, name
+'''
+TEXT = BEFORE.replace("def add(name,", "def add(key,")
+
+
+@pytest.fixture(scope="module")
+def server():
+    p, addr = start_server("--device", "cpu")
+    yield addr
+    stop_server(p)
+
+
+async def test_next_edit_frame(server):
+    async with connect_ws(server) as ws:
+        frame = {"type": "next_edit", "id": 7, "text": TEXT, "line": 0, "col": 11, "before": BEFORE,
+                 "path": "add.py", "language": "python"}
+        r = await ask(ws, frame)
+        assert r["type"] == "next_edit" and r["id"] == 7 and isinstance(r["edits"], list)
+        assert {"new_tokens", "target_forwards", "accepted_per_forward", "total_ms", "speculative"} <= set(r["stats"])
+        assert r["stats"]["new_tokens"] > 0 and r["stats"]["speculative"] is True
+        assert (r["edits"] == []) == ("reason" in r)
+        assert isinstance(apply_edits(TEXT, [TextEdit(**e) for e in r["edits"]]), str)
+        r = await ask(ws, {**frame, "id": "b", "before": TEXT})
+        assert (r["type"], r["id"], r["edits"], r["reason"]) == ("next_edit", "b", [], "no_history")
+
+
+@pytest.mark.parametrize("bad, code", [
+    ({"line": 99}, "bad_request"), ({"col": -1}, "bad_request"), ({"before": "no\ncommon\nlines\n"}, "bad_request"),
+    ({"line": "0"}, "bad_request"), ({"text": None}, "bad_request"), ({"id": None}, "bad_request"),
+])
+async def test_bad_next_edit_frames_get_error_frames(server, bad, code):
+    async with connect_ws(server) as ws:
+        frame = {"type": "next_edit", "id": 1, "text": TEXT, "line": 0, "col": 11, "before": BEFORE, **bad}
+        r = await ask(ws, {k: v for k, v in frame.items() if v is not None})
+        assert r["type"] == "error" and r["code"] == code, r
+        assert await ask(ws, {"type": "ping"}) == {"type": "pong"}
+
+
+async def test_a_cancelled_next_edit_answers(server):
+    async with connect_ws(server) as ws:
+        await ws.send(msgpack.packb({"type": "next_edit", "id": 3, "text": TEXT, "line": 0, "col": 11,
+                                     "before": BEFORE, "path": "add.py"}))
+        await ws.send(msgpack.packb({"type": "cancel", "id": 3}))
+        r = msgpack.unpackb(await ws.recv())
+        assert r["type"] == "next_edit" and r["id"] == 3 and r["edits"] == [] and r["reason"] == "cancelled"
+
+
+async def test_rewrite_frame_and_the_ws_engine(server):
+    """A remote language server's next edit: the `rewrite` frame (WsEngine.rewrite) gives what
+    the in-process engine gives for the same request."""
+    import asyncio
+
+    from completer.config import EngineConfig
+    from completer.edits.formats import EditPrompt, HistoryItem
+    from completer.engine.engine import Engine
+    from completer.remote import connect
+
+    req = EditPrompt((HistoryItem("add.py", BEFORE.splitlines(keepends=True)[0], TEXT.splitlines(keepends=True)[0]),),
+                     "add.py", TEXT, 11)
+    remote = connect(f"ws://{server}")
+    got = await asyncio.to_thread(remote.rewrite, req, doc_key="add.py", max_new=40)
+    local = Engine(EngineConfig(device="cpu")).rewrite(req, doc_key="x", max_new=40)
+    assert (got.text, got.new_tokens, got.stop_reason) == (local.text, local.new_tokens, local.stop_reason)
+    assert got.speculative and got.extra["edit_format"] == "completer" and got.extra["malformed"] is False
+    plain = await asyncio.to_thread(remote.rewrite, req, doc_key="add.py", max_new=40, speculative=False)
+    assert (plain.text, plain.speculative, plain.accepted_per_forward) == (got.text, False, 1.0)
+    async with connect_ws(server) as ws:
+        frame = {"type": "rewrite", "id": 1, "doc": "a", "path": "a.py", "region": "x\n", "history": [3]}
+        r = await ask(ws, frame)
+        assert (r["type"], r["code"]) == ("error", "bad_request") and "history[0]" in r["message"]
+        r = await ask(ws, {**frame, "history": [], "format": "nope"})
+        assert (r["type"], r["code"]) == ("error", "bad_request") and "next-edit format" in r["message"]
+
+
+def connect_ws(server):
+    return ws_connect(f"ws://{server}/ws")
