@@ -1,10 +1,14 @@
-"""A model pair whose completions are visible and predictable, for the editor end-to-end tests.
+"""Model pairs whose answers are visible and predictable, for the editor end-to-end tests.
 
 The `tiny_pair` fixture trains for a handful of steps only: its greedy output is whitespace, which
 the server's post-processing rightly drops, so an editor would never show ghost text. Here its
-target is fine-tuned for a few seconds to answer every FIM prompt with `1` and then end of text,
-in the layout the engine builds (SPM: <fim_suffix> suffix <fim_middle> prefix → middle). The
-server, its prompt building, speculative loop and post-processing all run unchanged."""
+target is fine-tuned for a few seconds:
+- `parrot_pair` answers every FIM prompt with `1` and then end of text, in the layout the engine
+  builds (SPM: <fim_suffix> suffix <fim_middle> prefix → middle);
+- `edit_parrot_pair` answers the next-edit prompt of one scenario (EDIT_*: a local renamed on one
+  line) with the region rewritten (the rename carried to the next line), and every FIM prompt with
+  nothing (no ghost text to take the accept key first).
+The server, its prompt building, speculative loop and post-processing all run unchanged."""
 from __future__ import annotations
 
 import random
@@ -25,35 +29,45 @@ SNIPPETS = [
 ]
 
 
-def make_parrot_pair(target: Path, draft: Path, out: Path, steps: int = 80, seed: int = 0) -> tuple[Path, Path]:
+# The next-edit scenario: the user renames `size` on line 2; the suggestion carries it to line 3.
+EDIT_BEFORE = "def area(width, height):\n    size = width * height\n    return size\n\n\nprint(area(2, 3))\n"
+EDIT_AFTER = EDIT_BEFORE.replace("    size =", "    total =")
+EDIT_EXPECTED = EDIT_AFTER.replace("return size", "return total")
+EDIT_LINE = 1  # the cursor's line (0-based) when the suggestion is asked for
+
+
+def edit_prompt_ids(tok, path: str = "demo.py") -> tuple[list[int], list[int]]:
+    """(prompt, answer) token ids of the scenario's next-edit request as the servers build it: the
+    region from edits/region.py, the history item a rename on one line makes (from LSP events and
+    from OLD -> FILE alike), the pair's own format, tokenized as Engine.edit_prompt does."""
+    from types import SimpleNamespace
+
+    from completer.edits.formats import EDIT_FORMATS, EditPrompt
+    from completer.edits.predict import from_versions
+    from completer.edits.region import editable_region
+    from completer.engine.engine import Engine
+    from completer.engine.prompt import encode_text
+
+    lo, hi = editable_region(EDIT_AFTER, EDIT_LINE, language="python")
+    lines = EDIT_AFTER.splitlines(keepends=True)
+    region, answer = "".join(lines[lo:hi]), "".join(EDIT_EXPECTED.splitlines(keepends=True)[lo:hi])
+    req = EditPrompt(tuple(from_versions(EDIT_BEFORE, EDIT_AFTER, path)), path, region)
+    prompt = Engine.edit_prompt(SimpleNamespace(tok=tok), req, EDIT_FORMATS["completer"])
+    return prompt, encode_text(tok, answer)
+
+
+def fine_tune(out: Path, sample, steps: int, lr: float, seed: int, batch_size: int = 8) -> None:
+    """Trains the target in `out` on `sample(eos)` → (ids, answer start), loss on the answers only."""
     import torch
-    from tokenizers import Tokenizer
     from transformers import AutoModelForCausalLM
 
-    shutil.copytree(target, out / "target")
-    shutil.copytree(draft, out / "draft")
-    tok = Tokenizer.from_file(str(target / "tokenizer.json"))
-    sid, mid = tok.token_to_id("<fim_suffix>"), tok.token_to_id("<fim_middle>")
-    model = AutoModelForCausalLM.from_pretrained(out / "target", dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     eos = model.config.eos_token_id
-    answer = tok.encode(ANSWER, add_special_tokens=False).ids + [eos]
-    rng = random.Random(seed)
-
-    def enc(s: str) -> list[int]:
-        return tok.encode(s, add_special_tokens=False).ids
-
-    def sample() -> tuple[list[int], int]:
-        text = rng.choice(SNIPPETS)
-        cut = rng.randint(1, len(text))
-        cut2 = rng.randint(cut, len(text))
-        prompt = [sid] + enc(text[cut2:])[:40] + [mid] + enc(text[:cut])[-120:]
-        return prompt + answer, len(prompt)
-
     torch.manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
     for _ in range(steps):
-        batch = [sample() for _ in range(8)]
+        batch = [sample(eos) for _ in range(batch_size)]
         width = max(len(ids) for ids, _ in batch)
         ids = torch.full((len(batch), width), eos)
         labels = torch.full((len(batch), width), -100)
@@ -65,7 +79,50 @@ def make_parrot_pair(target: Path, draft: Path, out: Path, steps: int = 80, seed
         loss.backward()
         opt.step()
     model.eval()
-    model.save_pretrained(out / "target")
+    model.save_pretrained(out)
+
+
+def fim_sample(tok, rng: random.Random, texts: list[str], answer: str):
+    """sample(eos) for fine_tune: a random FIM prompt over `texts` → `answer` and end of text."""
+    sid, mid = tok.token_to_id("<fim_suffix>"), tok.token_to_id("<fim_middle>")
+
+    def enc(s: str) -> list[int]:
+        return tok.encode(s, add_special_tokens=False).ids
+
+    def sample(eos: int) -> tuple[list[int], int]:
+        text = rng.choice(texts)
+        cut = rng.randint(1, len(text))
+        cut2 = rng.randint(cut, len(text))
+        prompt = [sid] + enc(text[cut2:])[:40] + [mid] + enc(text[:cut])[-120:]
+        return prompt + enc(answer) + [eos], len(prompt)
+    return sample
+
+
+def copy_pair(target: Path, draft: Path, out: Path):
+    from tokenizers import Tokenizer
+
+    shutil.copytree(target, out / "target")
+    shutil.copytree(draft, out / "draft")
+    return Tokenizer.from_file(str(target / "tokenizer.json"))
+
+
+def make_parrot_pair(target: Path, draft: Path, out: Path, steps: int = 80, seed: int = 0) -> tuple[Path, Path]:
+    tok = copy_pair(target, draft, out)
+    fine_tune(out / "target", fim_sample(tok, random.Random(seed), SNIPPETS, ANSWER), steps, 1e-2, seed)
+    return out / "target", out / "draft"
+
+
+def make_edit_parrot_pair(target: Path, draft: Path, out: Path, steps: int = 200, seed: int = 0) -> tuple[Path, Path]:
+    """Three in four samples the scenario's next edit, one in four a FIM prompt → nothing
+    (lr 3e-3: at 1e-2 the 2-layer target did not settle on the 60-token answer in 300 steps)."""
+    tok = copy_pair(target, draft, out)
+    prompt, answer = edit_prompt_ids(tok)
+    fim = fim_sample(tok, random.Random(seed), [EDIT_BEFORE, EDIT_AFTER, EDIT_EXPECTED, *SNIPPETS], "")
+    counter = iter(range(10**9))
+
+    def sample(eos: int) -> tuple[list[int], int]:
+        return (prompt + answer + [eos], len(prompt)) if next(counter) % 4 else fim(eos)
+    fine_tune(out / "target", sample, steps, 3e-3, seed)
     return out / "target", out / "draft"
 
 
@@ -76,6 +133,15 @@ def parrot_pair(tiny_pair, tmp_path_factory) -> tuple[Path, Path]:
 
     torch.set_num_threads(1)
     return make_parrot_pair(*tiny_pair, tmp_path_factory.mktemp("parrot_pair"))
+
+
+@pytest.fixture(scope="session")
+def edit_parrot_pair(tiny_pair, tmp_path_factory) -> tuple[Path, Path]:
+    """(target_dir, draft_dir): the tiny pair, its target taught the EDIT_* next edit and empty FIM answers."""
+    import torch
+
+    torch.set_num_threads(1)
+    return make_edit_parrot_pair(*tiny_pair, tmp_path_factory.mktemp("edit_parrot_pair"))
 
 
 def test_parrot_target_answers_every_fim_prompt(parrot_pair):
@@ -97,3 +163,30 @@ def test_parrot_target_answers_every_fim_prompt(parrot_pair):
                                  eos_token_id=model.config.eos_token_id, pad_token_id=model.config.eos_token_id)
         text = tok.decode(out[0, len(ids):].tolist(), skip_special_tokens=True)
         assert text == ANSWER, (prefix, text)
+
+
+def test_edit_parrot_rewrites_the_scenario_and_completes_nothing(edit_parrot_pair):
+    """Guards the fixture: the next-edit prompt → the region with the rename carried on; a FIM
+    prompt → end of text at once."""
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
+
+    target, _ = edit_parrot_pair
+    tok = Tokenizer.from_file(str(target / "tokenizer.json"))
+    model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
+    eos = model.config.eos_token_id
+    prompt, answer = edit_prompt_ids(tok)
+
+    def greedy(ids: list[int], n: int) -> list[int]:
+        with torch.no_grad():
+            out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, eos_token_id=eos,
+                                 pad_token_id=eos)
+        return out[0, len(ids):].tolist()
+    assert greedy(prompt, len(answer) + 4) == answer + [eos]
+    assert "return total" in tok.decode(answer) and "return size" in tok.decode(prompt)
+    sid, mid = tok.token_to_id("<fim_suffix>"), tok.token_to_id("<fim_middle>")
+    for prefix, suffix in [("    total = width * height\n    return ", "\n"), ("print(area(", ")\n")]:
+        ids = [sid] + tok.encode(suffix, add_special_tokens=False).ids + [mid] + \
+            tok.encode(prefix, add_special_tokens=False).ids
+        assert greedy(ids, 4) == [eos], prefix

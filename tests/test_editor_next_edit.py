@@ -1,0 +1,251 @@
+"""Next-edit suggestions in the editors (issue 24 item 5).
+
+Neovim, first against a scripted language server inside the editor (a Lua `cmd` function: no
+model, exact replies): the extmarks drawn for removed, inserted and multi-line text, Tab applying
+with the cursor after the edit, a jump to an edit outside the window, Esc, stale replies and
+stale suggestions, the feedback sent. Then end to end with the real `completer-lsp` and the edit
+parrot (test_editor_parrot.py): rename a variable, the suggestion to carry it to the next line
+appears, Tab applies it; a suggestion whose buffer changed before Tab is not applied."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from test_editor_nvim import NVIM, PLUGIN, WHY, Nvim, lsp_cmd, wait_ready
+from test_editor_parrot import EDIT_AFTER, EDIT_BEFORE, EDIT_EXPECTED, edit_parrot_pair  # noqa: F401 (fixture)
+from test_editor_web import missing
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _nvim_installed():
+    if NVIM is None:
+        missing(WHY)
+
+
+SCRIPTED = r"""
+vim.cmd('filetype on')
+vim.opt.runtimepath:prepend(%(plugin)s)
+vim.o.swapfile = false
+local failures = {}
+local function check(cond, what, detail)
+  if not cond then table.insert(failures, what .. (detail and (': ' .. vim.inspect(detail)) or '')) end
+end
+-- A language server inside the editor: answers completer/nextEdit with whatever `reply` says,
+-- on the document version it last saw (or the version `reply` names), records notifications.
+local notes, reply, seen_version = {}, nil, 0
+local function server()
+  local closing, n = false, 0
+  return {
+    request = function(method, params, callback)
+      n = n + 1
+      local result = vim.NIL
+      if method == 'initialize' then
+        result = { capabilities = { textDocumentSync = { openClose = true, change = 2 } } }
+      elseif method == 'completer/nextEdit' then
+        result = reply and reply(params) or vim.NIL
+      end
+      vim.schedule(function() callback(nil, result) end)
+      return true, n
+    end,
+    notify = function(method, params)
+      if method == 'textDocument/didChange' or method == 'textDocument/didOpen' then
+        seen_version = params.textDocument.version
+      end
+      table.insert(notes, { method = method, params = params })
+      return true
+    end,
+    is_closing = function() return closing end,
+    terminate = function() closing = true end,
+  }
+end
+local function edit(l1, c1, l2, c2, text)
+  return { range = { start = { line = l1, character = c1 }, ['end'] = { line = l2, character = c2 } }, newText = text }
+end
+local function answer(id, edits, version)
+  reply = function() return { id = id, version = version or seen_version, edits = edits } end
+end
+local function feedback()
+  for i = #notes, 1, -1 do
+    if notes[i].method == 'completer/feedback' then return notes[i].params end
+  end
+end
+local function marks()
+  local out = {}
+  for _, m in ipairs(vim.api.nvim_buf_get_extmarks(0, require('completer.next_edit').namespace, 0, -1, { details = true })) do
+    local d = m[4]
+    local lines = {}
+    for _, vl in ipairs(d.virt_lines or {}) do table.insert(lines, vl[1][1]) end
+    table.insert(out, { row = m[2], col = m[3], end_row = d.end_row, end_col = d.end_col, hl = d.hl_group,
+                        text = d.virt_text and d.virt_text[1][1], pos = d.virt_text_pos, lines = lines,
+                        above = d.virt_lines_above })
+  end
+  return out
+end
+local function lines() return vim.api.nvim_buf_get_lines(0, 0, -1, false) end
+
+require('completer').setup({ cmd = server })
+local ne = require('completer.next_edit')
+vim.cmd.edit(%(file)s)
+assert(vim.wait(5000, function() return #vim.lsp.get_clients({ name = 'completer', bufnr = 0 }) > 0 end), 'attach')
+local DOC = { 'def area(width, height):', '    total = width * height', '    return size', '' }
+local function ask()
+  local before = ne.counters.requests
+  ne.request(0)
+  check(ne.counters.requests == before + 1, 'a request was sent')
+  vim.wait(2000, function() return ne.shown(0) ~= nil end)
+  vim.wait(50) -- a late second reply would land here
+end
+
+-- 1. a replacement: old text struck through, the new text inline after it; Tab applies it.
+vim.api.nvim_buf_set_lines(0, 0, -1, false, DOC)
+answer('e1', { edit(2, 11, 2, 15, 'total') })
+ask()
+local m = marks()
+check(#m == 2, 'two extmarks', m)
+check(m[1] and m[1].hl == 'CompleterEditDelete' and m[1].row == 2 and m[1].col == 11 and m[1].end_col == 15,
+  'size struck through', m[1])
+check(m[2] and m[2].text == 'total' and m[2].pos == 'inline' and m[2].col == 15, 'total drawn after it', m[2])
+local hl = vim.api.nvim_get_hl(0, { name = 'CompleterEditDelete' })
+check(hl.strikethrough == true, 'CompleterEditDelete strikes through', hl)
+answer('e2', {}) -- the chained request after the apply: nothing more
+check(ne.accept(0) == true, 'accept applies')
+check(vim.deep_equal(lines(), { 'def area(width, height):', '    total = width * height', '    return total', '' }),
+  'the buffer after Tab', lines())
+check(vim.api.nvim_win_get_cursor(0)[1] == 3, 'the cursor on the edited line')
+check(vim.deep_equal(feedback(), { id = 'e1', kind = 'nextEdit', accepted = true }), 'accepted feedback', feedback())
+check(#marks() == 0, 'nothing drawn after the apply')
+vim.wait(1000, function() return ne.counters.requests == 2 end)
+check(ne.counters.requests == 2, 'the apply asked for the next edit at once', ne.counters)
+
+-- 2. whole lines inserted: virt_lines above the line they go before; Esc (dismiss) drops them.
+answer('e3', { edit(2, 0, 2, 0, '    print(total)\n    print(width)\n') })
+ask()
+m = marks()
+check(#m == 1 and vim.deep_equal(m[1].lines, { '    print(total)', '    print(width)' }) and m[1].above and m[1].row == 2,
+  'inserted lines as virt_lines', m)
+check(ne.dismiss(0) == true and #marks() == 0, 'dismissed')
+check(vim.deep_equal(feedback(), { id = 'e3', kind = 'nextEdit', accepted = false }), 'rejected feedback')
+check(ne.dismiss(0) == false and ne.accept(0) == false, 'nothing left: the keys fall through')
+
+-- 3. a reply computed on an older version is not shown.
+local stale = ne.counters.stale
+answer('e4', { edit(0, 0, 0, 3, 'async def') }, seen_version - 1)
+ne.request(0)
+vim.wait(300, function() return ne.shown(0) ~= nil end)
+check(ne.shown(0) == nil and ne.counters.stale == stale + 1, 'a stale reply is dropped', ne.counters)
+
+-- 4. a suggestion whose buffer changed before Tab is not applied (the change event has not
+--    reached the plugin yet: only the version says so).
+answer('e5', { edit(2, 11, 2, 16, 'area_') })
+ask()
+check(ne.shown(0) ~= nil, 'shown before the change')
+vim.api.nvim_buf_set_lines(0, 0, 1, false, { 'def area(w, h):' })
+local before_tab = lines()
+check(ne.accept(0) == true, 'Tab takes the stale suggestion (and drops it)')
+check(vim.deep_equal(lines(), before_tab), 'the stale suggestion did not change the buffer', lines())
+check(vim.deep_equal(feedback(), { id = 'e5', kind = 'nextEdit', accepted = false }), 'a stale one is rejected')
+
+-- 5. an edit outside the window: announced at the cursor; the first Tab jumps, the second applies.
+local long = {}
+for i = 1, 200 do long[i] = ('x%%d = %%d'):format(i, i) end
+vim.api.nvim_buf_set_lines(0, 0, -1, false, long)
+vim.api.nvim_win_set_cursor(0, { 1, 0 })
+answer('e6', { edit(149, 0, 149, 4, 'y150') })
+ask()
+m = marks()
+local hint = vim.tbl_filter(function(x) return x.pos == 'eol' end, m)[1]
+check(hint and hint.row == 0 and hint.text:match('line 150'), 'the far edit announced on the cursor line', m)
+check(ne.accept(0) == true and vim.api.nvim_win_get_cursor(0)[1] == 150 and lines()[150] == 'x150 = 150',
+  'the first Tab jumps there', vim.api.nvim_win_get_cursor(0))
+answer('e7', {})
+check(ne.accept(0) == true and lines()[150] == 'y150 = 150', 'the second Tab applies', lines()[150])
+
+-- 6. a malformed reply is refused with a warning, not drawn.
+answer('e8', { { range = { start = { line = 3 } }, newText = 'x' } })
+ne.request(0)
+vim.wait(300)
+check(ne.shown(0) == nil and #marks() == 0, 'a malformed reply is not shown')
+
+for _, f in ipairs(failures) do io.stdout:write('FAIL ' .. f .. '\n') end
+io.stdout:write('done\n')
+vim.cmd('qa!')
+"""
+
+
+def test_nvim_next_edit_with_a_scripted_server(tmp_path):
+    src = tmp_path / "demo.py"
+    src.write_text("x = 1\n")
+    script = tmp_path / "next_edit.lua"
+    script.write_text(SCRIPTED % {"plugin": json.dumps(str(PLUGIN)), "file": json.dumps(str(src))})
+    r = subprocess.run([NVIM, "--headless", "-u", "NONE", "-i", "NONE", "-n", "-l", str(script)],
+                       capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "done" in out and "FAIL" not in out, out
+
+
+# Probes read with --remote-expr (JSON strings): the next-edit extmarks and the plugin's counters.
+MARKS = ("(function() local ne = require('completer.next_edit'); local out = {}; "
+         "for _, m in ipairs(vim.api.nvim_buf_get_extmarks(0, ne.namespace, 0, -1, { details = true })) do "
+         "local d = m[4]; table.insert(out, { row = m[2], col = m[3], end_col = d.end_col, hl = d.hl_group, "
+         "text = d.virt_text and d.virt_text[1][1] }) end; return vim.json.encode(out) end)()")
+COUNTERS = "vim.json.encode(require('completer.next_edit').counters)"
+
+
+@pytest.fixture
+def rename_session(tmp_path, edit_parrot_pair):  # noqa: F811 (the imported fixture)
+    """Neovim on EDIT_BEFORE with the real completer-lsp on the edit parrot; the user renames
+    `size` on line 2 to `total` (in insert mode, where the next edit then shows)."""
+    target, draft = edit_parrot_pair
+    src = tmp_path / "demo.py"
+    src.write_text(EDIT_BEFORE)
+    nv = Nvim(tmp_path, lsp_cmd(), {"target": str(target), "draft": str(draft)}, src)
+    try:
+        wait_ready(nv)
+        nv.send("2G^ciwtotal")
+        yield nv
+    finally:
+        nv.close()
+        log = (tmp_path / "nvim.log").read_text(errors="replace")
+        if log.strip():
+            print("--- nvim output ---\n" + log[-4000:])
+
+
+def shown_marks(nv: Nvim) -> list[dict]:
+    return nv.wait(lambda: nv.lua(MARKS), 60, "the next-edit suggestion's extmarks", step=0.2)
+
+
+def test_nvim_rename_is_carried_to_the_next_line_and_tab_applies_it(rename_session):
+    nv = rename_session
+    assert nv.buffer() == EDIT_AFTER.rstrip("\n")
+    marks = shown_marks(nv)
+    # `size` on line 3 struck through, `total` drawn after it
+    assert [(m["row"], m["col"], m["end_col"], m["hl"]) for m in marks if "hl" in m] == \
+        [(2, 11, 15, "CompleterEditDelete")], marks
+    assert [(m["row"], m["col"], m["text"]) for m in marks if "text" in m] == [(2, 15, "total")], marks
+    assert nv.buffer() == EDIT_AFTER.rstrip("\n"), "shown, not applied"
+    requests = nv.lua(COUNTERS)["requests"]
+    nv.send("<Tab>")
+    nv.wait(lambda: nv.buffer() == EDIT_EXPECTED.rstrip("\n"), 10, "Tab to apply the next edit")
+    st = nv.lua("T.state()")
+    assert st["mode"] == "i" and st["cursor"] == [3, len("    return total")], st
+    assert nv.lua("T.prev_tab()") == 0, "the Tab went to the suggestion, not the previous mapping"
+    counters = nv.wait(lambda: (c := nv.lua(COUNTERS))["requests"] > requests and c, 10, "the chained request")
+    assert counters["accepted"] == 1 and counters["shown"] >= 1, counters
+    stats = nv.lua("T.server_stats()")["stats"]
+    assert stats["next_edit_accepted"] == 1, stats
+
+
+def test_nvim_stale_suggestion_is_not_applied(rename_session):
+    """The buffer changes (a comment added at the top) and Tab comes before the plugin hears of
+    the change: the suggestion, computed on the earlier version, is dropped, not applied."""
+    nv = rename_session
+    shown_marks(nv)
+    nv.send("<Cmd>lua vim.api.nvim_buf_set_lines(0, 0, 0, false, { '# area' })<CR><Tab>")
+    want = "# area\n" + EDIT_AFTER.rstrip("\n")
+    nv.wait(lambda: nv.lua(MARKS) == [], 10, "the stale suggestion to go")
+    buf = nv.buffer()
+    assert buf in (want, want.replace("    total", "    totalT", 1)), buf  # T: the Tab fell through
+    assert "return size" in buf and "return total" not in buf
+    counters = nv.lua(COUNTERS)
+    assert counters["accepted"] == 0 and counters["rejected"] >= 1, counters
