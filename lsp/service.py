@@ -293,6 +293,9 @@ class Service:
                 self._too_large(uri, len(doc.text))
                 return
         doc.version = version
+        edit = self.pending_edits.get(uri)
+        if edit is not None:  # a next edit computed on the older text would be dropped: stop paying for it
+            edit.stop()
         self._index_text(uri, doc.text)
         last = edits[-1] if edits else None
         if last is not None and last.range is not None and self.options.warmup and self.engine is not None:
@@ -528,12 +531,12 @@ class Service:
         if got is None:
             return self._no_edit(version, "cancelled")
         self._served()
+        self.next_edit_ms.append((time.perf_counter() - t0) * 1e3)
         now = self.docs.get(uri)
         if now is None or now.version != version or now.text != snap.text:
             return self._no_edit(version, "stale")  # never edits computed on an older text
         if got.dropped is not None:
             return self._no_edit(version, got.dropped)
-        self.next_edit_ms.append((time.perf_counter() - t0) * 1e3)
         self.counters["next_edit_shown"] += 1
         sid = uuid.uuid4().hex
         self.next_edit_ids[sid] = True

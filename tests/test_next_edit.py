@@ -282,12 +282,13 @@ def test_rewrite_prompt_is_the_fine_tunes_sample(engine):
         assert got == ids[:start]
 
 
-def test_rewrite_refuses_what_does_not_fit(engine):
+def test_rewrite_of_what_does_not_fit_and_a_format_the_tokenizer_lacks(engine):
     from completer.client import EngineError
 
-    req = EditPrompt(tuple(HISTORY), "store.py", "x = 1\n" * 600)
-    with pytest.raises(EngineError):
-        engine.rewrite(req)
+    got = engine.rewrite(EditPrompt(tuple(HISTORY), "store.py", "x = 1\n" * 600))
+    assert (got.text, got.stop_reason, got.new_tokens, got.extra["malformed"]) == ("", "context", 0, True)
+    got = engine.rewrite(EditPrompt(tuple(HISTORY), "store.py", "x = 1\n" * 60), max_new=2000)
+    assert got.prompt_tokens + got.new_tokens < engine.ctx  # bounded by the context, not by max_new
     with pytest.raises(EngineError, match="needs the token"):
         engine.rewrite(EditPrompt(tuple(HISTORY), "store.py", "x\n"), fmt="sweep")
 

@@ -339,7 +339,8 @@ class Engine:
         `text` is the region read back from the answer ("" and extra["malformed"] when the answer
         held none). Speculative: the region's own tokens are the draft (EditDrafter, long drafts
         while the answer copies), else plain decoding; the ids are the same either way. At most
-        `max_new` tokens (default: the region's tokens x 1.25 + 32), within the context."""
+        `max_new` tokens (default: the region's tokens x 1.25 + 32), within the context (a prompt
+        that fills it: no answer, stop_reason "context")."""
         t0 = time.perf_counter()
         f = self.edit_format(fmt)
         prompt = self.edit_prompt(request, f)
@@ -347,9 +348,9 @@ class Engine:
         drafter = EditDrafter(original) if speculative else None
         room = self.ctx - len(prompt) - 1  # drafts near the end shrink to fit (generate)
         max_new = min(edit_budget(len(original), max_new), room)
-        if max_new < 1:
-            raise EngineError(f"the next-edit prompt ({len(prompt)} tokens) leaves no room in the model's context of "
-                              f"{self.ctx}", "bad_request")
+        if max_new < 1:  # the prompt alone fills the context: no answer (stop_reason "context")
+            st = GenStats(prompt_tokens=len(prompt), stop_reason="context", total_ms=(time.perf_counter() - t0) * 1e3)
+            return to_completion("", [], st, speculative, edit_format=f.name, malformed=True)
         eos = set(self.fim.eos)
         texts = []
         for s in f.stops:
