@@ -1,39 +1,49 @@
-"""The target's decode step on its own: what `decode_threads` and the NumPy step cost, in one run.
+"""The decode step on its own: the native step vs the NumPy step vs torch, in one run.
 
     python bench/steps.py [--target DIR] [--quant auto] [--reps 15]
-    python bench/steps.py --loop 2000          # only steps, e.g. under `perf record`
+    python bench/steps.py --loop 2000 [--runner numpy]   # only steps, e.g. under `perf record`
 
-1. Median ms of one cached decode step (after a 400-token prompt) on 1 and on 2 torch threads,
-   first on an idle machine, then with one core kept busy by a spinning process (an editor, a
-   build): the measurement behind EngineConfig.decode_threads' default of 1.
-2. Median ms of a forward of T = 1..9 new tokens (a verify of T-1 drafts) through the NumPy step
-   vs the torch forward it falls back to for long inputs (NumpyRunner.SHORT), 1 thread vs
-   torch's threads: where the routing should switch.
-The methods take turns within each repetition, so a drifting machine hits them alike.
+1. Median ms of one cached decode step (after a 400-token prompt) on 1 and on 2 threads, first on
+   an idle machine, then with one core kept busy by a spinning process (an editor, a build): the
+   measurement behind EngineConfig.decode_threads' default of 1.
+2. Median ms of a forward of T new tokens (a verify of T-1 drafts) through the native step, the
+   NumPy step (its fallback) and the torch forward (prefill's path, past SHORT tokens), and
+   verify(k)/step = forward(k+1)/forward(1) per runner: what adaptive k plans with.
+3. The draft's step (the embedded pair's, head restricted as the engine does) and c = draft
+   step / target step per runner.
+The methods take turns within each repetition, so a drifting machine hits them alike. The CPU's
+name and vector extensions head the output: compare only within one run.
 """
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import platform
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
 PROMPT = 400
 
 
+def cpu_name() -> str:
+    """lscpu's model name and the widest vector extension /proc/cpuinfo reports."""
+    from completer_kernels import native
+
+    try:
+        model = next(ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                     if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        model = platform.processor() or platform.machine()
+    isa = native.isa_flags(native.cpu_flags())
+    return f"{model}, {isa[0] if isa else 'no AVX2'}, {torch.get_num_threads()} threads"
+
+
 def _spin(stop) -> None:
     while not stop.is_set():
         sum(i * i for i in range(10_000))
-
-
-def _runner(a, threads: int):
-    from completer.engine.models import load_pair
-    from completer.engine.runner_factory import make_runner
-
-    pair = load_pair(a.target, None, device="cpu", quant=a.quant)  # no target: the embedded pair
-    return pair, make_runner(pair.target, PROMPT + 64, True, threads)
 
 
 def _step_ms(runners: dict, reps: int, steps: int = 20) -> dict:
@@ -54,53 +64,78 @@ def main() -> int:
     ap.add_argument("--quant", default="auto")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--loop", type=int, help="only run this many decode steps (for a profiler)")
+    ap.add_argument("--runner", default="native", choices=["native", "numpy"], help="the runner --loop steps")
     a = ap.parse_args()
     torch.set_num_threads(2)
+    from completer.engine.engine import Engine, EngineConfig
+    from completer.engine.native_runner import NativeRunner, library
     from completer.engine.np_runner import NumpyRunner
     from completer.engine.runner import LlamaRunner
-    from completer.engine.runner_factory import make_runner
 
-    pair, one = _runner(a, 1)
-    two = make_runner(pair.target, PROMPT + 64, True, 2)
-    for r in (one, two):
+    lib, isa = library()
+    if lib is None:
+        raise SystemExit(f"the native step is unavailable here: {isa}")
+    # the engine's pair: no target = the embedded one, whose draft's head the engine restricts
+    pair = Engine(EngineConfig(target=a.target, quant=a.quant, device="cpu")).pair
+    n = PROMPT + 64
+    native = {t: NativeRunner(pair.target, lib, n, t) for t in (1, 2)}
+    numpy = {t: NumpyRunner(pair.target, n, t) for t in (1, 2)}
+    for r in (*native.values(), *numpy.values()):
         r.forward(list(range(10, 10 + PROMPT)))
     if a.loop:
+        one = native[1] if a.runner == "native" else numpy[1]
         t0 = time.perf_counter()
         for i in range(a.loop):
             one.forward([100 + i % 50])
             one.truncate(PROMPT)
         print(f"{type(one).__name__} {a.quant}: {a.loop} steps, {(time.perf_counter() - t0) * 1e3 / a.loop:.3f} ms/step")
         return 0
-    if not isinstance(one, NumpyRunner):
-        raise SystemExit(f"{type(one).__name__}: this model does not take the NumPy step")
 
+    print(f"CPU: {cpu_name()}; native step built for {isa}")
     print(f"target {a.target or 'embedded'} --quant {a.quant}: one cached decode step after {PROMPT} tokens, "
           f"median ms over {a.reps} turns")
-    idle = _step_ms({"1 thread": one, "2 threads": two}, a.reps)
+    runners = {f"{kind} {t} thread{'s' * (t > 1)}": d[t] for kind, d in (("native", native), ("numpy", numpy))
+               for t in (1, 2)}
+    idle = _step_ms(runners, a.reps)
     stop = mp.Event()
     spinner = mp.Process(target=_spin, args=(stop,), daemon=True)
     spinner.start()
     try:
-        busy = _step_ms({"1 thread": one, "2 threads": two}, a.reps)
+        busy = _step_ms(runners, a.reps)
     finally:
         stop.set()
         spinner.join(timeout=10)
     for name in idle:
-        print(f"  decode_threads={name[0]}: idle {idle[name]:8.3f}   one core busy {busy[name]:8.3f}")
+        print(f"  {name:17s}: idle {idle[name]:8.3f}   one core busy {busy[name]:8.3f}")
 
-    print(f"forward of T new tokens: NumPy step (1 thread) vs torch forward ({torch.get_num_threads()} threads), "
-          "median ms")
+    sizes = [1, 2, 3, 5, 9, 17, 33]
+    print(f"forward of T new tokens (a verify of T-1 drafts), 1 thread (torch: {torch.get_num_threads()}), median ms; "
+          "v = forward(T) / forward(1)")
+    nat, nump = native[1], numpy[1]
+    fwd = {"native": nat.forward, "numpy": nump.forward, "torch": lambda ids: LlamaRunner.forward(nat, ids)}
     times: dict = {}
     for _ in range(a.reps):
-        for T in range(1, 10):
-            for name, fwd in (("numpy", one.forward), ("torch", lambda ids: LlamaRunner.forward(one, ids))):
+        for T in sizes:
+            for name, f in fwd.items():
+                r = nump if name == "numpy" else nat
                 t0 = time.perf_counter()
-                fwd(list(range(100, 100 + T)))
+                f(list(range(100, 100 + T)))
                 times.setdefault((T, name), []).append((time.perf_counter() - t0) * 1e3)
-                one.truncate(PROMPT)
-    for T in range(1, 10):
-        np_ms, th_ms = (statistics.median(times[(T, k)]) for k in ("numpy", "torch"))
-        print(f"  T={T}: numpy {np_ms:7.3f}  torch {th_ms:7.3f}  torch/numpy {th_ms / np_ms:5.2f}")
+                r.truncate(PROMPT)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"  {'T':>3s} " + " ".join(f"{n:>9s} {'v':>5s}" for n in fwd))
+    for T in sizes:
+        print(f"  {T:3d} " + " ".join(f"{med[(T, n)]:9.3f} {med[(T, n)] / med[(1, n)]:5.2f}" for n in fwd))
+
+    if pair.draft is not None:
+        d_nat, d_np = NativeRunner(pair.draft, lib, n, 1), NumpyRunner(pair.draft, n, 1)
+        for r in (d_nat, d_np):
+            r.forward(list(range(10, 10 + PROMPT)))
+        d = _step_ms({"native": d_nat, "numpy": d_np}, a.reps)
+        t = _step_ms({"native": nat, "numpy": nump}, a.reps)
+        head = f"head over {len(pair.draft.head_rows)} rows" if pair.draft.head_rows else "full head"
+        print(f"draft step ({head}), 1 thread: " + ", ".join(
+            f"{k} {d[k]:.3f} ms (c = {d[k] / t[k]:.3f} of its target step {t[k]:.3f})" for k in d))
     return 0
 
 

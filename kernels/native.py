@@ -87,6 +87,9 @@ def _build(cache: Path, cxx: str, name: str, flags: list[str]) -> Path:
         tmp.unlink(missing_ok=True)
         raise RuntimeError(f"{cxx} failed: {r.stderr.strip()[-300:]}")
     tmp.replace(out)  # atomic: a concurrent process loads either nothing or the whole library
+    for old in cache.glob(f"step-{name}-*.so"):  # earlier sources' builds (a process that has one
+        if old != out:                           # loaded keeps its mapping)
+            old.unlink(missing_ok=True)
     return out
 
 

@@ -50,6 +50,16 @@ static inline void vistore(int32_t* p, VI v) { _mm512_storeu_si512(p, v); }
 static inline VI viloadi(const int32_t* p) { return _mm512_loadu_si512(p); }
 static inline float vsum(V v) { return _mm512_reduce_add_ps(v); }
 static inline V vloadm(const float* p, int n) { return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p); }
+static inline V vmin(V a, V b) { return _mm512_min_ps(a, b); }
+static inline V vmax(V a, V b) { return _mm512_max_ps(a, b); }
+static inline float vhmin(V v) { return _mm512_reduce_min_ps(v); }
+static inline float vhmax(V v) { return _mm512_reduce_max_ps(v); }
+// q[0..VW) = clamp(round_even(min(x·inv + z, 2^31)), 0, 255): fbgemm's QuantizeAvx2, per lane
+static inline void vquant(uint8_t* q, V x, V inv, V z) {
+  __m512i i = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_fmadd_ps(x, inv, z), _mm512_set1_ps(2147483520.f)));
+  i = _mm512_min_epi32(_mm512_max_epi32(i, _mm512_setzero_si512()), _mm512_set1_epi32(255));
+  _mm_storeu_si128((__m128i*)q, _mm512_cvtepi32_epi8(i));
+}
 static inline void vstorem(float* p, V v, int n) { _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), v); }
 #else
 typedef __m256 V;
@@ -84,6 +94,24 @@ static inline __m256i vmask(int n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 static inline V vloadm(const float* p, int n) { return _mm256_maskload_ps(p, vmask(n)); }
+static inline V vmin(V a, V b) { return _mm256_min_ps(a, b); }
+static inline V vmax(V a, V b) { return _mm256_max_ps(a, b); }
+static inline float vhmin(V v) {
+  __m128 s = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_min_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_min_ss(s, _mm_movehdup_ps(s)));
+}
+static inline float vhmax(V v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+static inline void vquant(uint8_t* q, V x, V inv, V z) {
+  __m256i i = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_fmadd_ps(x, inv, z), _mm256_set1_ps(2147483520.f)));
+  i = _mm256_min_epi32(_mm256_max_epi32(i, _mm256_setzero_si256()), _mm256_set1_epi32(255));
+  __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+  _mm_storel_epi64((__m128i*)q, _mm_packus_epi16(w, w));
+}
 static inline void vstorem(float* p, V v, int n) { _mm256_maskstore_ps(p, vmask(n), v); }
 #endif
 
@@ -301,38 +329,50 @@ static void rows_i8(const uint8_t* xq, int T, const Mat& m, int nb, int32_t zp, 
 // fbgemm's dynamic activation quantization (ChooseQuantizationParams with reduce_range, then
 // Quantize's fma(x, 1/scale, zero_point) rounded to nearest even) over the whole [T, K] input.
 static void quantize_rows(const float* x, int ldx, int T, int K, int Kp, uint8_t* xq, int32_t* zp_out, float* scale_out) {
-  float mn = 0.f, mx = 0.f;  // the range always contains 0
-  for (int t = 0; t < T; t++)
-    for (int k = 0; k < K; k++) {
-      float v = x[(size_t)t * ldx + k];
-      mn = std::min(mn, v);
-      mx = std::max(mx, v);
+  V vmn = vzero(), vmx = vzero();  // the range always contains 0
+  float mn = 0.f, mx = 0.f;
+  for (int t = 0; t < T; t++) {
+    const float* xr = x + (size_t)t * ldx;
+    int k = 0;
+    for (; k + VW <= K; k += VW) {
+      V v = vload(xr + k);
+      vmn = vmin(vmn, v);
+      vmx = vmax(vmx, v);
     }
+    for (; k < K; k++) {
+      mn = std::min(mn, xr[k]);
+      mx = std::max(mx, xr[k]);
+    }
+  }
+  mn = std::min(mn, vhmin(vmn));
+  mx = std::max(mx, vhmax(vmx));
   const int qmin = 0, qmax = 127;
   double scale = ((double)mx - mn) / (qmax - qmin);
   if ((float)scale == 0.0f || std::isinf(1.0f / (float)scale)) scale = 0.1;
-  if (scale < 6.1e-5) {  // fbgemm's SMALL_SCALE_THRESHOLD
+  const float small = 6.1e-5f;  // fbgemm's SMALL_SCALE_THRESHOLD
+  if (scale < small) {
     float org = (float)scale;
-    scale = 6.1e-5f;
-    if (mn == 0.0f) mx = 6.1e-5f * (qmax - qmin);
-    else if (mx == 0.0f) mn = -6.1e-5f * (qmax - qmin);
-    else { float amp = 6.1e-5f / org; mn *= amp; mx *= amp; }
+    scale = small;
+    if (mn == 0.0f) mx = small * (qmax - qmin);
+    else if (mx == 0.0f) mn = -small * (qmax - qmin);
+    else { float amp = small / org; mn *= amp; mx *= amp; }
   }
   double zmin = qmin - mn / scale, zmax = qmax - mx / scale;
   double emin = std::abs(qmin) - std::abs(mn / scale), emax = std::abs(qmax) - std::abs(mx / scale);
   double z0 = emin < emax ? zmin : zmax;
   int32_t zp = z0 < qmin ? qmin : z0 > qmax ? qmax : (int32_t)std::nearbyint(z0);
   float fs = (float)scale, inv = 1.0f / fs, fz = (float)zp;
+  const V vinv = vset1(inv), vz = vset1(fz);
   for (int t = 0; t < T; t++) {
     const float* xr = x + (size_t)t * ldx;
     uint8_t* qr = xq + (size_t)t * Kp;
-    for (int k = 0; k < K; k++) {
-      float v = std::fma(xr[k], inv, fz);
-      v = std::min(v, 2147483520.f);
-      long q = std::lrintf(v);
-      qr[k] = (uint8_t)std::min(255L, std::max(0L, q));
+    int k = 0;
+    for (; k + VW <= K; k += VW) vquant(qr + k, vload(xr + k), vinv, vz);
+    for (; k < K; k++) {
+      float v = std::min(std::fma(xr[k], inv, fz), 2147483520.f);
+      qr[k] = (uint8_t)std::min(255.f, std::max(0.f, std::nearbyint(v)));
     }
-    for (int k = K; k < Kp; k++) qr[k] = 0;
+    for (; k < Kp; k++) qr[k] = 0;
   }
   *zp_out = zp;
   *scale_out = fs;
