@@ -71,6 +71,14 @@ def test_region_never_ends_inside_a_statement():
     assert editable_region(SRC, 12, above=30, below=30, max_lines=5) == (8, 13)
 
 
+def test_region_in_javascript():
+    js = ('import x from "y";\n\nfunction add(a, b) {\n  const o = {\n    a: a,\n    b: b,\n  };\n'
+          '  return o.a + o.b;\n}\n\nfunction main() {\n  return add(1, 2);\n}\n')
+    assert editable_region(js, 11, language="javascript") == (10, 13)  # main() only
+    assert editable_region(js, 3, above=0, below=0, language="javascript") == (3, 7)  # the whole object literal
+    assert editable_region(js, 5, above=0, below=0, max_lines=2, language="javascript") == (5, 7)
+
+
 def test_region_at_the_file_end_in_a_long_line_and_outside():
     n = SRC.count("\n")
     assert editable_region(SRC, n, language="python") == (n - 3, n + 1)  # the empty last line
@@ -232,7 +240,7 @@ def test_zeta_and_sweep_prompts_and_answers():
     zeta = EDIT_FORMATS["zeta"]
     text = render(zeta.prompt(req))
     assert text.startswith("### Instruction:\n") and text.endswith("### Response:\n\n")
-    assert 'User edited "store.py":\n```diff\n-    def add(self, name, value):\n+' in text
+    assert 'User edited "store.py":\n\n```diff\n@@ -1 +1 @@\n-    def add(self, name, value):\n+' in text
     assert "class Store:\n<|editable_region_start|>\n    def add<|user_cursor_is_here|>(self" in text
     assert zeta.region(zeta.draft(req)) == req.region
     assert zeta.region("```store.py\n<|editable_region_start|>\nA<|user_cursor_is_here|>\n") == "A\n"

@@ -111,11 +111,13 @@ _ZETA_INSTRUCTION = ("You are a code completion assistant and your task is to an
 
 
 def _zeta_edits(history: Sequence[HistoryItem]) -> str:
+    """Each edit as Zeta's events: `User edited "path":` and a unified diff hunk (its line
+    numbers count from the edit's first line: the history does not carry the file's)."""
     out = []
     for h in history:
-        body = changed_lines(h.old, h.new)
-        if body:
-            out.append(f'User edited "{h.path}":\n```diff\n{body}```\n')
+        hunk = list(difflib.unified_diff(h.old.splitlines(), h.new.splitlines(), lineterm=""))[2:]
+        if hunk:
+            out.append(f'User edited "{h.path}":\n\n```diff\n' + "\n".join(hunk) + "\n```\n")
     return "\n".join(out)
 
 
@@ -123,16 +125,20 @@ def _ended(s: str) -> str:
     return s if not s or s.endswith("\n") else s + "\n"
 
 
+def _zeta_excerpt(r: EditPrompt, region: str) -> str:
+    return (f"```{r.path}\n{ZETA_FILE_START if not r.before else ''}{_ended(r.before)}"
+            f"{ZETA_START}\n{_ended(region)}{ZETA_END}")
+
+
 def zeta_prompt(r: EditPrompt) -> list[Piece]:
-    region = r.region[:r.cursor] + ZETA_CURSOR + r.region[r.cursor:]
-    excerpt = (f"```{r.path}\n{ZETA_FILE_START if not r.before else ''}{_ended(r.before)}"
-               f"{ZETA_START}\n{_ended(region)}{ZETA_END}\n{_ended(r.after)}```")
+    excerpt = _zeta_excerpt(r, r.region[:r.cursor] + ZETA_CURSOR + r.region[r.cursor:])
     return [Piece(f"### Instruction:\n{_ZETA_INSTRUCTION}\n\n### User Edits:\n\n{_zeta_edits(r.history)}\n"
-                  f"### User Excerpt:\n\n{excerpt}\n\n### Response:\n\n")]
+                  f"### User Excerpt:\n\n{excerpt}\n{_ended(r.after)}```\n\n### Response:\n\n")]
 
 
 def zeta_draft(r: EditPrompt) -> str:
-    return f"```{r.path}\n{ZETA_START}\n{_ended(r.region)}{ZETA_END}"
+    """The excerpt as the answer repeats it (context, markers, the region) without the cursor."""
+    return _zeta_excerpt(r, r.region)
 
 
 def zeta_region(text: str) -> str | None:
