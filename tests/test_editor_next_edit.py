@@ -1,20 +1,28 @@
-"""Next-edit suggestions in the editors (issue 24 item 5).
+"""Next-edit suggestions in the editors (issue 24 item 5): Neovim and the web editor.
 
 Neovim, first against a scripted language server inside the editor (a Lua `cmd` function: no
 model, exact replies): the extmarks drawn for removed, inserted and multi-line text, Tab applying
 with the cursor after the edit, a jump to an edit outside the window, Esc, stale replies and
 stale suggestions, the feedback sent. Then end to end with the real `completer-lsp` and the edit
 parrot (test_editor_parrot.py): rename a variable, the suggestion to carry it to the next line
-appears, Tab applies it; a suggestion whose buffer changed before Tab is not applied."""
+appears, Tab applies it; a suggestion whose buffer changed before Tab is not applied.
+
+The web editor in headless Chromium (test_editor_web.py's helpers) against a real `completer
+serve` on the edit parrot: the same rename, the suggestion drawn (struck-through and inserted
+text), Tab applies it; Esc dismisses one and typing drops one; and against a scripted /ws
+server, a reply that arrives after the text changed is never shown."""
 from __future__ import annotations
 
 import json
 import subprocess
+import threading
+from urllib.parse import quote
 
+import msgpack
 import pytest
 from test_editor_nvim import NVIM, PLUGIN, WHY, Nvim, lsp_cmd, wait_ready
 from test_editor_parrot import EDIT_AFTER, EDIT_BEFORE, EDIT_EXPECTED, edit_parrot_pair  # noqa: F401 (fixture)
-from test_editor_web import missing
+from test_editor_web import chromium, missing, page_state, serve_pair, static_site, wait_for  # noqa: F401
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -249,3 +257,128 @@ def test_nvim_stale_suggestion_is_not_applied(rename_session):
     assert "return size" in buf and "return total" not in buf
     counters = nv.lua(COUNTERS)
     assert counters["accepted"] == 0 and counters["rejected"] >= 1, counters
+
+
+# -- the web editor ------------------------------------------------------------------------------
+def edit_state(cdp) -> dict:
+    """The page plus the next edit drawn: struck-through and inserted texts, in document order."""
+    s = page_state(cdp)
+    s.update(cdp.js("""(() => ({
+      deleted: [...document.querySelectorAll('.cm-next-delete')].map((e) => e.textContent),
+      inserted: [...document.querySelectorAll('.cm-next-insert')].map((e) => e.textContent),
+      shown: document.body.dataset.nextEdit }))()"""))
+    return s
+
+
+def open_page(cdp, site: str, ws_url: str) -> None:
+    """The page on `ws_url`, EDIT_BEFORE loaded as a new document, `size` on line 2 selected."""
+    cdp.call("Page.enable")
+    cdp.call("Page.navigate", url=f"{site}/index.html?ws={quote(ws_url, safe='')}")
+    wait_for(lambda: page_state(cdp)["state"] == "ready", 60, "the page to connect", detail=lambda: page_state(cdp))
+    at = EDIT_BEFORE.index("size")
+    cdp.js(f"""(() => {{ const v = window.completerView; v.focus();
+      v.dispatch({{ changes: {{ from: 0, to: v.state.doc.length, insert: {json.dumps(EDIT_BEFORE)} }},
+                   userEvent: 'set' }});
+      v.dispatch({{ selection: {{ anchor: {at}, head: {at + 4} }} }}); }})()""")
+
+
+def wait_suggestion(cdp) -> dict:
+    return wait_for(lambda: (s := edit_state(cdp))["shown"] == "shown" and s, 60, "the next edit drawn",
+                    step=0.2, detail=lambda: edit_state(cdp))
+
+
+@pytest.fixture
+def edit_serve(tmp_path, edit_parrot_pair):  # noqa: F811 (the imported fixture)
+    with serve_pair(tmp_path, *edit_parrot_pair) as url:
+        yield url
+
+
+def test_web_rename_is_carried_and_tab_applies_it(chromium, static_site, edit_serve, tmp_path):  # noqa: F811
+    import base64
+    import os
+    from pathlib import Path
+
+    cdp = chromium
+    open_page(cdp, static_site, edit_serve)
+    cdp.type("total")
+    s = wait_suggestion(cdp)
+    assert s["value"] == EDIT_AFTER and (s["deleted"], s["inserted"]) == (["size"], ["total"]), s
+    assert s["errors"] == [] and s["ghost"] == "", s
+    assert cdp.js("document.getElementById('next-latency').textContent").startswith("next edit: 1 edit · total ")
+    shot = Path(os.environ.get("EDITOR_SCREENSHOT_DIR", tmp_path)) / "web-next-edit.png"
+    shot.write_bytes(base64.b64decode(cdp.call("Page.captureScreenshot", format="png")["data"]))
+    cdp.key("Tab", "Tab", 9)
+    s = wait_for(lambda: (p := edit_state(cdp))["value"] != EDIT_AFTER and p, 10, "Tab to apply the edit")
+    assert s["value"] == EDIT_EXPECTED, s
+    assert s["cursor"] == EDIT_EXPECTED.index("return total") + len("return total"), s
+
+
+def test_web_esc_dismisses_and_typing_drops_a_suggestion(chromium, static_site, edit_serve):  # noqa: F811
+    cdp = chromium
+    open_page(cdp, static_site, edit_serve)
+    cdp.type("total")
+    wait_suggestion(cdp)
+    cdp.key("Escape", "Escape", 27)
+    s = edit_state(cdp)
+    assert s["shown"] == "none" and s["deleted"] == [] and s["value"] == EDIT_AFTER, s
+    cdp.key("Tab", "Tab", 9)  # nothing shown: Tab does its usual (indents the line)
+    value = edit_state(cdp)["value"]
+    assert value != EDIT_AFTER and "return size" in value, value
+    open_page(cdp, static_site, edit_serve)
+    cdp.type("total")
+    wait_suggestion(cdp)
+    cdp.type("s", delay=0)
+    s = edit_state(cdp)
+    assert s["shown"] == "none" and s["inserted"] == [], "the text changed: the suggestion is gone at once"
+    cdp.key("Tab", "Tab", 9)
+    assert "return size" in edit_state(cdp)["value"], "and Tab never applies it"
+
+
+@pytest.fixture
+def scripted_edits():
+    """A /ws server that holds each next_edit request until the test releases it, then answers
+    with the rename (columns in code points, as `completer serve` does)."""
+    from websockets.sync.server import serve
+
+    asked, release = [], threading.Semaphore(0)
+    edit = {"start_line": 2, "start_col": 11, "end_line": 2, "end_col": 15, "text": "total"}
+
+    def handler(ws):
+        for message in ws:
+            f = msgpack.unpackb(message)
+            if f["type"] == "hello":
+                ws.send(msgpack.packb({"type": "hello", "server": "scripted", "version": "0", "ready": True,
+                                       "model": {"target": "script"}}))
+            elif f["type"] == "complete":
+                ws.send(msgpack.packb({"type": "done", "id": f["id"], "text": "", "cancelled": False, "stats": {}}))
+            elif f["type"] == "next_edit":
+                asked.append(f)
+                release.acquire(timeout=60)
+                ws.send(msgpack.packb({"type": "next_edit", "id": f["id"], "edits": [edit], "stats": {}}))
+
+    with serve(handler, "127.0.0.1", 0) as server:
+        t = threading.Thread(target=server.serve_forever, daemon=True)
+        t.start()
+        yield f"ws://127.0.0.1:{server.socket.getsockname()[1]}/ws", asked, release
+        release.release(8)
+        server.shutdown()
+        t.join(timeout=10)
+
+
+def test_web_a_reply_for_an_older_text_is_not_shown(chromium, static_site, scripted_edits):  # noqa: F811
+    url, asked, release = scripted_edits
+    cdp = chromium
+    open_page(cdp, static_site, url)
+    cdp.type("total")
+    wait_for(lambda: asked, 30, "the next_edit request")
+    first = asked[0]
+    assert first["text"] == EDIT_AFTER and first["before"] == EDIT_BEFORE, first
+    assert (first["line"], first["col"], first["path"]) == (1, len("    total"), "demo.py"), first
+    cdp.type("_", delay=0)  # the text changes while the request runs
+    release.release()  # its reply, for the older text
+    wait_for(lambda: len(asked) == 2, 30, "the request for the new text")
+    s = edit_state(cdp)
+    assert s["shown"] == "none" and s["inserted"] == [], s
+    release.release()  # the reply for the text on screen is shown
+    s = wait_suggestion(cdp)
+    assert s["inserted"] == ["total"] and s["value"] == EDIT_AFTER.replace("total", "total_", 1), s

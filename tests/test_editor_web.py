@@ -222,7 +222,13 @@ def static_site():
 
 @pytest.fixture
 def completer_serve(tmp_path, parrot_pair):  # noqa: F811 (the imported fixture)
-    target, draft = parrot_pair
+    with serve_pair(tmp_path, *parrot_pair) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serve_pair(tmp_path: Path, target: Path, draft: Path):
+    """A real `completer serve` on the pair → its /ws URL."""
     port = free_port()
     exe = VENV_BIN / "completer"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "completer.cli"]
@@ -313,7 +319,9 @@ def test_page_streams_ghost_text_and_accepts_it(chromium, static_site, completer
     from urllib.parse import quote
 
     shot = Path(os.environ.get("EDITOR_SCREENSHOT_DIR", tmp_path)) / "web-editor.png"
-    drive_page(chromium, f"{static_site}/index.html?ws={quote(completer_serve, safe='')}", shot)
+    # next=0: ghost text only (the FIM parrot's answer to a next-edit prompt is noise; next edits
+    # have their own tests in test_editor_next_edit.py)
+    drive_page(chromium, f"{static_site}/index.html?ws={quote(completer_serve, safe='')}&next=0", shot)
     print(f"screenshot: {shot}")
 
 

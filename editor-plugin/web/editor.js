@@ -4,7 +4,8 @@
 // name), lang (language id), guard (ms the accept keys do nothing after a shown ghost was taken
 // back, default 300), next (0: no next edits), next_debounce (ms after the last edit before a
 // next edit is asked for, default 300). Keys: Tab accepts all (the ghost, else the next edit),
-// Ctrl+→ a word, Ctrl+↓ a line, Esc dismisses; without either they do what they usually do.
+// Ctrl+→ a word, Ctrl+↓ a line, Esc dismisses; without either they do what they usually do. A
+// transaction with userEvent "set" loads a new document: nothing is asked, no edit history.
 import { defaultKeymap, history, historyKeymap, indentWithTab } from "@codemirror/commands";
 import { python } from "@codemirror/lang-python";
 import { HighlightStyle, syntaxHighlighting } from "@codemirror/language";
@@ -42,6 +43,7 @@ const cfg = {
 const $ = (id) => document.getElementById(id);
 const statusEl = $("status");
 const latencyEl = $("latency");
+const nextLatencyEl = $("next-latency");
 const errorsEl = $("errors");
 const wsInput = $("ws-url");
 
@@ -187,6 +189,10 @@ const onUpdate = EditorView.updateListener.of((u) => {
   const before = u.startState.field(ghostField), after = u.state.field(ghostField);
   document.body.dataset.ghost = after ? "shown" : "none";
   document.body.dataset.nextEdit = u.state.field(nextEditField) ? "shown" : "none";
+  if (u.transactions.some((tr) => tr.isUserEvent("set"))) { // a new document (loaded, not typed)
+    snapshot = new EditSnapshot(u.state.doc.toString());
+    return;
+  }
   const applied = u.transactions.some((tr) => tr.isUserEvent("input.nextedit"));
   const dropped = u.docChanged && !applied && u.startState.field(nextEditField);
   if (dropped) client.feedback(dropped.id, false); // typed on, or took a ghost instead: rejected
@@ -245,9 +251,12 @@ function connect(url) {
     latencyEl.dataset.request = String(id);  // whose done frame the line shows (timings can repeat)
     if (!text) cur.id = null;
   };
-  client.onNextEdit = (id, edits) => {
+  client.onNextEdit = (id, edits, reason, stats) => {
     if (id !== edit.id) return;
     edit.id = null;
+    const parts = formatStats(stats);
+    nextLatencyEl.textContent = `next edit: ${edits.length} edit${edits.length === 1 ? "" : "s"}` +
+      `${reason ? ` (${reason})` : ""}${parts.length ? " · " + parts.join(" · ") : ""}`;
     // Computed on another text than the one on screen: dropped, never applied.
     if (view.state.doc.toString() !== edit.text) return;
     const changes = editsToChanges(view.state.doc, edits);
