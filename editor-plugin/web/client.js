@@ -240,7 +240,8 @@ export class CompleterClient {
     return this.send({ type: "cancel", id });
   }
 
-  feedback(id, accepted, acceptedChars) {
-    return this.send({ type: "feedback", id, accepted, accepted_chars: acceptedChars });
+  /** What happened to a completion, or (kind "next_edit") to a next-edit suggestion. */
+  feedback(id, accepted, acceptedChars, kind) {
+    return this.send({ type: "feedback", id, accepted, accepted_chars: acceptedChars, kind });
   }
 }

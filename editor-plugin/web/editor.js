@@ -142,7 +142,7 @@ function acceptNextEdit(v) {
   const id = v.state.field(nextEditField).id;
   snapshot.changed(v.state.doc.toString());
   v.dispatch(spec);
-  client.feedback(id, true);
+  client.feedback(id, true, undefined, "next_edit");
   edit.id = null;
   askNextEdit(0);
   return true;
@@ -154,7 +154,7 @@ function dropNextEdit(v) {
   const shown = v.state.field(nextEditField);
   if (shown) {
     v.dispatch({ effects: setNextEdit.of(null) });
-    client.feedback(shown.id, false);
+    client.feedback(shown.id, false, undefined, "next_edit");
   } else if (edit.id !== null) {
     client.cancel(edit.id);
   }
@@ -195,7 +195,7 @@ const onUpdate = EditorView.updateListener.of((u) => {
   }
   const applied = u.transactions.some((tr) => tr.isUserEvent("input.nextedit"));
   const dropped = u.docChanged && !applied && u.startState.field(nextEditField);
-  if (dropped) client.feedback(dropped.id, false); // typed on, or took a ghost instead: rejected
+  if (dropped) client.feedback(dropped.id, false, undefined, "next_edit"); // typed on, or took a ghost instead: rejected
   if (u.transactions.some((tr) => tr.isUserEvent("input.complete") || tr.effects.length) || applied) return;
   if (u.docChanged) {
     if (edit.id !== null) client.cancel(edit.id);

@@ -189,3 +189,9 @@ test("next_edit: the request carries text, before and the cursor; the reply reac
   ws.serve({ type: "next_edit", id: id + 1 });
   assert.deepEqual(got.at(-1)[1], [], "no edits field: nothing to suggest");
 });
+
+test("feedback on a next edit says so", () => {
+  const { c, ws } = connected();
+  c.feedback(4, false, undefined, "next_edit");
+  assert.deepEqual(ws.sent.at(-1), { type: "feedback", id: 4, accepted: false, kind: "next_edit" });
+});
