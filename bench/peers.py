@@ -173,8 +173,11 @@ def ours(model_dir: Path | None, spec: str, speculative: bool, device: str):
         warm_ms = (time.perf_counter() - t0) * 1e3
         ids, st = generate(slot.target, prompt, NEW, eng.sampling, d, k if d else None)
         # decode: after the first token, over a cached prompt; end to end: everything from cold
-        return (st.total_ms - st.ttft_ms) / (len(ids) - 1), len(prompt) / prefill_ms * 1e3, warm_ms + st.total_ms
+        return ((st.total_ms - st.ttft_ms) / (len(ids) - 1), len(prompt) / prefill_ms * 1e3, warm_ms + st.total_ms,
+                st.accepted_per_forward if d else None)
     run.runner = type(DocCache(eng.pair, eng.ctx, eng.cfg, eng.step_costs).target).__name__
+    if speculative:  # what adaptive k plans with: c = draft step / target step, verify(8) / step
+        run.runner += f" c={eng.step_costs[0]:.3f} v8={eng.step_costs[1][8]:.2f}"
     return run
 
 
@@ -214,14 +217,16 @@ def measure(name: str, model_dir: Path | None, a, cache: Path | None, prompts: l
         for t in (["f32"] if model_dir is None else []) + ["f16", "q8_0"]:
             ggufs[t] = gguf(cache, hf_dir, t)
     depth = int(statistics.median(len(p) for p in prompts))
-    rows: dict[str, dict[str, list[float]]] = {m: {"decode": [], "prefill": [], "e2e": []} for m in methods}
-    rows.update({f"llama.cpp {t}": {"decode": [], "prefill": [], "e2e": []} for t in ggufs})
+    keys = ("decode", "prefill", "e2e", "tau")
+    rows: dict[str, dict[str, list[float]]] = {m: {k: [] for k in keys} for m in methods}
+    rows.update({f"llama.cpp {t}": {k: [] for k in keys} for t in ggufs})
     for m in methods.values():  # warm up every path once (allocator, kernels)
         m(prompts[0])
     for p in prompts:
         for mname, m in methods.items():
-            for key, v in zip(("decode", "prefill", "e2e"), m(p)):
-                rows[mname][key].append(v)
+            for key, v in zip(keys, m(p)):
+                if v is not None:
+                    rows[mname][key].append(v)
         for t, g in ggufs.items():
             rows[f"llama.cpp {t}"]["decode"].append(llama_bench(cache, g, a.threads, decode_depth=depth))
             rows[f"llama.cpp {t}"]["prefill"].append(llama_bench(cache, g, a.threads, prefill=depth))
@@ -241,10 +246,12 @@ def measure(name: str, model_dir: Path | None, a, cache: Path | None, prompts: l
 
 
 def _print(name: str, depth: int, n: int, res: dict) -> None:
+    from steps import cpu_name
+
     refs = [m for m in res if m.startswith("llama.cpp")]
-    print(f"\n== {name}: {n} prompts at depth ~{depth}, {NEW} new tokens, greedy (medians) ==")
+    print(f"\n== {name}: {n} prompts at depth ~{depth}, {NEW} new tokens, greedy (medians); {cpu_name()} ==")
     hdr = f"{'method':34s} {'decode ms/tok':>13s} " + " ".join(f"{'vs ' + r[10:]:>8s}" for r in refs) + \
-        f" {'prefill tok/s':>13s} {'e2e 32 ms':>10s}  runner"
+        f" {'prefill tok/s':>13s} {'e2e 32 ms':>10s} {'tau':>5s}  runner"
     print(hdr)
     print("-" * len(hdr))
 
@@ -253,8 +260,8 @@ def _print(name: str, depth: int, n: int, res: dict) -> None:
     for m, r in res.items():
         ratios = " ".join(f(r["decode"] / res[ref]["decode"], 7) + "x" if r["decode"] and res[ref]["decode"]
                           else f"{'-':>8s}" for ref in refs)
-        print(f"{m:34s} {f(r['decode'], 13)} {ratios} {f(r['prefill'], 13, 0)} {f(r['e2e'], 10, 1)}  "
-              f"{r.get('runner', '')}")
+        print(f"{m:34s} {f(r['decode'], 13)} {ratios} {f(r['prefill'], 13, 0)} {f(r['e2e'], 10, 1)} "
+              f"{f(r.get('tau'), 5)}  {r.get('runner', '')}")
 
 
 def _plot(results: dict, path: Path) -> None:

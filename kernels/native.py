@@ -119,6 +119,8 @@ def _load(cache: Path, flags: set[str]) -> tuple[ctypes.CDLL | None, str]:
     lib.nstep_forward.argtypes = [ctypes.POINTER(Model), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
                                   ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
                                   ctypes.c_int]
+    lib.nstep_greedy.argtypes = [*lib.nstep_forward.argtypes[:8], ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                 ctypes.c_int]
     lib.nstep_matmul.argtypes = [ctypes.POINTER(Mat), ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
     return lib, isa[0]
 

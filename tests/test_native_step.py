@@ -209,3 +209,24 @@ def test_flags_come_from_the_cpu():
     assert native.isa_flags(base512)[0] == "avx512"
     name, flags = native.isa_flags(base512 | {"avx512_vnni", "amx_tile"})
     assert name == "avx512vnni" and "-mavx512vnni" in flags and not any("amx" in f for f in flags)
+
+
+@pytest.mark.parametrize("restricted", [False, True])
+def test_greedy_draft_in_one_call(lib, restricted):
+    """NativeRunner.greedy (what ModelDrafter calls when sampling is greedy) proposes what a
+    forward-and-argmax loop proposes, and leaves the cache holding the feed and k-1 picks."""
+    w = weights("mistral", "fp32" if restricted else "fp16", seed=6)  # a restricted head is dense
+    if restricted:
+        w.restrict_head(list(range(255, 0, -3)))
+    ref, got = LlamaRunner(w, 128), NativeRunner(w, lib, 128)
+    ids = torch.randint(0, 256, (60,), generator=torch.Generator().manual_seed(3)).tolist()
+    rows = w.head_rows or list(range(256))
+    for feed, k in ((ids[:40], 5), (ids[40:41], 1), (ids[41:44], 8)):
+        want, logits = [], ref.forward(feed)[-1]
+        for i in range(k):
+            want.append(rows[int(logits.argmax())])
+            if i + 1 < k:
+                logits = ref.forward(want[-1:])[-1]
+        assert got.greedy(feed, k) == want and got.ids == ref.ids
+    with pytest.raises(ValueError, match="exceeds"):
+        got.greedy([1], 128)

@@ -32,6 +32,8 @@ class ModelDrafter:
     def propose(self, seq: list[int], k: int) -> Proposal:
         if k <= 0 or len(seq) + k > self.runner.max_len:
             return EMPTY
+        if self.sampling.greedy and hasattr(self.runner, "greedy"):  # the native step: k picks in one call
+            return Proposal(self.runner.greedy(self.runner.sync(seq), k), None, "model")
         logits = self.runner.forward(self.runner.sync(seq))[-1]  # [V] or [len(rows)]
         ids, probs = [], []
         for i in range(k):

@@ -125,19 +125,40 @@ class NativeRunner(LlamaRunner):
         self._model = ctypes.byref(self.nw.model)
         self._rot = self.rot.contiguous()
         self._out_cols = self.nw.model.V
+        self._rows = None if self.head_rows is None else np.array(self.head_rows, dtype=np.int64)
+
+    def _check(self, new_ids: list[int], extra: int = 0) -> np.ndarray:
+        p, T = len(self.ids), len(new_ids)
+        if p + T + extra > self.max_len:
+            raise ValueError(f"context of {p + T + extra} tokens exceeds the model's {self.max_len}")
+        if min(new_ids) < 0 or max(new_ids) >= self.nw.vocab:
+            raise IndexError(f"token id out of range 0..{self.nw.vocab - 1}")
+        return np.array(new_ids, dtype=np.int64)
+
+    def greedy(self, new_ids: list[int], k: int) -> list[int]:
+        """Feed `new_ids`, then propose k tokens greedily (each fed but the last): a draft's whole
+        proposal in one native call (ModelDrafter uses it when sampling is greedy)."""
+        if len(new_ids) > self.SHORT:  # the prompt's catch-up: torch's prefill, then one native call
+            self.forward(new_ids[:-1])
+            new_ids = new_ids[-1:]
+        ids, out = self._check(new_ids, k - 1), np.empty(k, np.int64)
+        rows = None if self._rows is None else self._rows.ctypes.data
+        if self.lib.nstep_greedy(self._model, self.k.data_ptr(), self.v.data_ptr(), self.max_len, self._rot.data_ptr(),
+                                 ids.ctypes.data, len(new_ids), len(self.ids), k, rows, out.ctypes.data, self.threads):
+            raise RuntimeError("the native step refused a draft")
+        picks = out.tolist()
+        self.ids.extend(new_ids + picks[:-1])
+        return picks
 
     def forward(self, new_ids: list[int]) -> torch.Tensor:
         """Append `new_ids`; their logits [T, V] (or over `head_rows`) as a float32 tensor."""
         p, T = len(self.ids), len(new_ids)
         if T > self.SHORT or T == 0:
             return super().forward(new_ids)
-        if p + T > self.max_len:
-            raise ValueError(f"context of {p + T} tokens exceeds the model's {self.max_len}")
-        if min(new_ids) < 0 or max(new_ids) >= self.nw.vocab:
-            raise IndexError(f"token id out of range 0..{self.nw.vocab - 1}")
-        ids = np.array(new_ids, dtype=np.int64)
+        ids = self._check(new_ids)
         out = np.empty((T, self._out_cols), np.float32)
-        self.lib.nstep_forward(self._model, self.k.data_ptr(), self.v.data_ptr(), self.max_len, self._rot.data_ptr(),
-                               ids.ctypes.data, T, p, out.ctypes.data, self.threads)
+        if self.lib.nstep_forward(self._model, self.k.data_ptr(), self.v.data_ptr(), self.max_len,
+                                  self._rot.data_ptr(), ids.ctypes.data, T, p, out.ctypes.data, self.threads):
+            raise RuntimeError("the native step refused a forward")
         self.ids.extend(new_ids)
         return torch.from_numpy(out)

@@ -203,13 +203,17 @@ static inline V vexp(V x) {
 template <int TR, bool H>
 static inline void tile_f(const float* x, int ldx, const void* wb, int K, float* out /*[TR][BW]*/) {
   V acc[TR][NV], acc2[NV];
+  #pragma GCC unroll 16
   for (int t = 0; t < TR; t++)
+    #pragma GCC unroll 16
     for (int j = 0; j < NV; j++) acc[t][j] = vzero();
+  #pragma GCC unroll 16
   for (int j = 0; j < NV; j++) acc2[j] = vzero();
   int k = 0;
   if (TR == 1) {  // two chains of accumulators: one row alone is latency-bound
     for (; k + 1 < K; k += 2) {
       V x0 = vset1(x[k]), x1 = vset1(x[k + 1]);
+      #pragma GCC unroll 16
       for (int j = 0; j < NV; j++) {
         V w0 = H ? vloadh((const uint16_t*)wb + (size_t)k * BW + j * VW) : vload((const float*)wb + (size_t)k * BW + j * VW);
         V w1 = H ? vloadh((const uint16_t*)wb + (size_t)(k + 1) * BW + j * VW)
@@ -221,35 +225,48 @@ static inline void tile_f(const float* x, int ldx, const void* wb, int K, float*
   }
   for (; k < K; k++) {
     V w[NV];
+    #pragma GCC unroll 16
     for (int j = 0; j < NV; j++)
       w[j] = H ? vloadh((const uint16_t*)wb + (size_t)k * BW + j * VW) : vload((const float*)wb + (size_t)k * BW + j * VW);
+    #pragma GCC unroll 16
     for (int t = 0; t < TR; t++) {
       V xb = vset1(x[(size_t)t * ldx + k]);
+      #pragma GCC unroll 16
       for (int j = 0; j < NV; j++) acc[t][j] = vfma(xb, w[j], acc[t][j]);
     }
   }
   if (TR == 1)
+    #pragma GCC unroll 16
     for (int j = 0; j < NV; j++) acc[0][j] = vadd(acc[0][j], acc2[j]);
+  #pragma GCC unroll 16
   for (int t = 0; t < TR; t++)
+    #pragma GCC unroll 16
     for (int j = 0; j < NV; j++) vstore(out + t * BW + j * VW, acc[t][j]);
 }
 
 template <int TR>
 static inline void tile_i8(const uint8_t* xq, int ldx, const int8_t* wb, int Kp, int32_t* out) {
   VI acc[TR][NV];
+  #pragma GCC unroll 16
   for (int t = 0; t < TR; t++)
+    #pragma GCC unroll 16
     for (int j = 0; j < NV; j++) acc[t][j] = vizero();
   for (int k = 0; k < Kp; k += 4) {
     VI w[NV];
+    #pragma GCC unroll 16
     for (int j = 0; j < NV; j++) w[j] = viload(wb + (size_t)k * BW + j * VW * 4);
+    #pragma GCC unroll 16
     for (int t = 0; t < TR; t++) {
       int32_t xv;
       memcpy(&xv, xq + (size_t)t * ldx + k, 4);
       VI xb = viset1(xv);
+      #pragma GCC unroll 16
       for (int j = 0; j < NV; j++) acc[t][j] = vdot4(acc[t][j], xb, w[j]);
     }
   }
+  #pragma GCC unroll 16
   for (int t = 0; t < TR; t++)
+    #pragma GCC unroll 16
     for (int j = 0; j < NV; j++) vistore(out + t * BW + j * VW, acc[t][j]);
 }
 
@@ -444,6 +461,7 @@ static void attend_row(const float* qr, const float* K, const float* Vv, int hd,
                        float* sc, float* o) {
   const int tail = hd - (NH - 1) * VW;
   V q[NH];
+  #pragma GCC unroll 16
   for (int c = 0; c < NH - 1; c++) q[c] = vmul(vload(qr + c * VW), vset1(scale));
   q[NH - 1] = vmul(vloadm(qr + (NH - 1) * VW, tail), vset1(scale));
   float mx = -INFINITY;
@@ -470,14 +488,17 @@ static void attend_row(const float* qr, const float* K, const float* Vv, int hd,
   }
   const float inv = 1.0f / vsum(sum);
   V acc[NH];
+  #pragma GCC unroll 16
   for (int c = 0; c < NH; c++) acc[c] = vzero();
   for (int jj = 0; jj < n; jj++) {
     const V w = vset1(sc[jj]);
     const float* vr = Vv + (size_t)(lo + jj) * hd;
+    #pragma GCC unroll 16
     for (int c = 0; c < NH - 1; c++) acc[c] = vfma(w, vload(vr + c * VW), acc[c]);
     acc[NH - 1] = vfma(w, vloadm(vr + (NH - 1) * VW, tail), acc[NH - 1]);
   }
   const V iv = vset1(inv);
+  #pragma GCC unroll 16
   for (int c = 0; c < NH - 1; c++) vstore(o + c * VW, vmul(acc[c], iv));
   vstorem(o + (NH - 1) * VW, vmul(acc[NH - 1], iv), tail);
 }
@@ -604,6 +625,30 @@ int nstep_forward(const Model* mp, float* kc, float* vc, int P, const float* rot
   rms(x, D, T, D, m.norm, m.eps, w.xn.data(), D);
   matmul(m.head, w.xn.data(), D, T, logits, m.V, false, nt, w.s);
   return 0;
+}
+
+// A draft's greedy proposal in one call: feed T tokens at positions p.., then take its argmax
+// (the first of equal maxima, as torch's), feed that, and so on: k ids into `out` (vocabulary ids:
+// through `rows` when the head is restricted). The cache then holds the feed and the first k-1.
+int nstep_greedy(const Model* mp, float* kc, float* vc, int P, const float* rot, const int64_t* ids, int T, int p,
+                 int k, const int64_t* rows, int64_t* out, int nt) {
+  static thread_local std::vector<float> lg;
+  const int V = mp->V;
+  if (k < 1 || p + T + k - 1 > P) return 1;
+  lg.resize((size_t)T * V);
+  int rc = nstep_forward(mp, kc, vc, P, rot, ids, T, p, lg.data(), nt);
+  const float* last = lg.data() + (size_t)(T - 1) * V;
+  for (int i = 0; rc == 0 && i < k; i++) {
+    int best = 0;
+    for (int j = 1; j < V; j++)
+      if (last[j] > last[best]) best = j;
+    out[i] = rows ? rows[best] : best;
+    if (i + 1 < k) {
+      rc = nstep_forward(mp, kc, vc, P, rot, out + i, 1, p + T + i, lg.data(), nt);
+      last = lg.data();
+    }
+  }
+  return rc;
 }
 
 // One product on its own (tests, and the prefill path's products): y[T, N] = x[T, K] @ W^T.
