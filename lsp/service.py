@@ -24,9 +24,9 @@ from pathlib import Path
 from pygls.uris import to_fs_path
 
 from completer import config, errors
-from completer.client import EngineClient, EngineError, accepted_count
+from completer.client import Chunk, EngineClient, EngineError, accepted_count
 from completer.config import needs_reload
-from completer.documents import Documents, PositionError, parser_count
+from completer.documents import Documents, PositionError, offset_at, parser_count
 from completer.edits import EditHistory, change_from_lsp
 from completer.edits.diff import lsp_edits
 from completer.edits.predict import from_events, predict
@@ -516,7 +516,8 @@ class Service:
                 return predict(engine, snap.text, line, col, history, path=self._edit_path(uri),
                                language=snap.language, fmt=opts.next_edit_format, doc_key=_edit_key(uri),
                                cancel=req.cancel, above=opts.next_edit_lines_above, below=opts.next_edit_lines_below,
-                               max_lines=opts.next_edit_max_lines, tree=snap.tree)
+                               max_lines=opts.next_edit_max_lines, tree=snap.tree,
+                               chunks=self._edit_chunks(engine, uri, snap, line))
 
             got = await asyncio.get_running_loop().run_in_executor(self.worker, run)
         except asyncio.CancelledError:  # $/cancelRequest
@@ -543,6 +544,19 @@ class Service:
         while len(self.next_edit_ids) > 256:
             self.next_edit_ids.popitem(last=False)
         return {"id": sid, "version": version, "edits": lsp_edits(now, got.edits)}
+
+    def _edit_chunks(self, engine: EngineClient, uri: str, snap, line: int) -> list[Chunk]:
+        """Other files' snippets for a next-edit format that shows them (Sweep's; `auto` may
+        pick it), within the cross-file share of the prompt budget; none without an index. They
+        are retrieved as for a completion at the end of the lines a region may reach (the names
+        used there are the ones the rewrite may need)."""
+        ws = self._workspace_for(uri)
+        if not ws or self.options.next_edit_format not in ("auto", "sweep"):
+            return []
+        budget = int(engine.prompt_budget() * self.options.cross_file_share)
+        reach = offset_at(snap.text, line + self.options.next_edit_lines_below + 1, 0)
+        return [Chunk(s.path, s.text) for s in ws["workspace"].retrieve(ws["path"], snap.text, snap.byte_at(reach),
+                                                                         budget)]
 
     def _no_edit(self, version: int | None, reason: str) -> dict:
         self.counters[f"next_edit_dropped_{reason}"] += 1

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from completer.client import Completion
+from completer.client import Chunk, Completion
 from completer.documents import Document, PositionError
 from completer.edits import Change, EditHistory
 from completer.edits.diff import TextEdit, apply_edits, lsp_edits, region_edits, span_edits
@@ -182,7 +182,7 @@ HISTORY = from_versions(SRC, CURRENT, "store.py")
 def test_predict_edits_give_the_predicted_file():
     eng = Scripted(lambda region: region.replace("(self.root,\n                            name)",
                                                  "(self.root,\n                            key)"))
-    ne = predict(eng, CURRENT, 9, 21, HISTORY, path="store.py")
+    ne = predict(eng, CURRENT, 9, 21, HISTORY, path="store.py", chunks=[Chunk("util.py", "def g(): ...")])
     assert ne.dropped is None and ne.region == (9, 16)
     assert [e.to_json() for e in ne.edits] == [{"start_line": 11, "start_col": 28, "end_line": 11, "end_col": 32,
                                                 "text": "key"}]
@@ -190,7 +190,8 @@ def test_predict_edits_give_the_predicted_file():
                                                              "                            key)")
     (req,) = eng.requests
     assert req.region == "".join(CURRENT.splitlines(keepends=True)[9:16]) and req.history == tuple(HISTORY)
-    assert req.region[req.cursor:].startswith(", value)")
+    assert req.region[req.cursor:].startswith(", value)") and req.extra == (Chunk("util.py", "def g(): ..."),)
+    assert req.before == "".join(CURRENT.splitlines(keepends=True)[:9]) and req.after.startswith("\n\ndef main")
     assert ne.to_json()["accepted_per_forward"] == 3.5 and "reason" not in ne.to_json()
 
 
@@ -253,6 +254,10 @@ def test_zeta_and_sweep_prompts_and_answers():
     assert "<|file_sep|>store.py.diff\noriginal:\n    def add(self, name, value):\nupdated:\n" in text
     assert f"<|file_sep|>current/store.py\n{req.region}<|file_sep|>" in text
     assert sweep.region(sweep.draft(req)) == req.region
+    with_ctx = render(sweep.prompt(EditPrompt(req.history, req.path, req.region, extra=(Chunk("util.py", "def g(): ..."),))))
+    assert with_ctx.startswith("<|file_sep|>util.py\ndef g(): ...\n<|file_sep|>store.py.diff\n")
+    assert render(EDIT_FORMATS["completer"].prompt(EditPrompt(req.history, req.path, req.region, extra=(
+        Chunk("util.py", "def g(): ..."),)))) == render(EDIT_FORMATS["completer"].prompt(req))  # ours shows none
 
 
 # -- the engine's rewrite on the embedded pair ---------------------------------------------------

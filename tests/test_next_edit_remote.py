@@ -178,3 +178,33 @@ async def test_next_edit_positions_are_utf16_and_feedback_counts(client: Languag
     stats = await client.protocol.send_request_async("completer/stats", {})
     assert (stats.next_edit_shown, stats.next_edit_accepted, stats.next_edit_rejected) == (1, 1, 0)
     assert stats.next_edit_latency_ms.p50 > 0 and stats.next_edit_latency_ms.p90 >= stats.next_edit_latency_ms.p50
+
+
+@pytest.mark.asyncio
+async def test_next_edit_prompt_holds_the_workspaces_definitions(client: LanguageClient, scripted, tmp_path):
+    """With Sweep's format, a definition from another file of the workspace is a file section of
+    the prompt (repository context); the paths are relative to the workspace root."""
+    import asyncio
+
+    (tmp_path / "util.py").write_text("def scale(value, factor):\n    return value * factor\n")
+    main = "from util import scale\n\n\ndef run(name):\n    return scale(name, 2) + scale(name, 3)\n"
+    (tmp_path / "main.py").write_text(main)
+    uri = (tmp_path / "main.py").as_uri()
+    await client.initialize_session(t.InitializeParams(
+        capabilities=t.ClientCapabilities(), root_uri=tmp_path.as_uri(),
+        initialization_options={"engine": f"llamacpp:{scripted.base}", "next_edit_format": "sweep"}))
+    for _ in range(200):
+        stats = await client.protocol.send_request_async("completer/stats", {})
+        if stats.engine == "ready" and stats.workspace and stats.workspace.complete:
+            break
+        await asyncio.sleep(0.05)
+    _open(client, main, uri)
+    _type(client, 3, 8, "who", 2, uri)  # run(name) → run(whoname)
+    scripted.answer = "def run(whoname):\n    return scale(whoname, 2) + scale(whoname, 3)\n"  # the region: run()
+    got = await client.protocol.send_request_async("completer/nextEdit", {
+        "textDocument": {"uri": uri}, "position": {"line": 3, "character": 11}})
+    assert [e.newText for e in got.edits] == ["whoname", "whoname"], got
+    ((_, body),) = [b for b in scripted.bodies if b[0] == "/completion"]
+    assert body["prompt"].startswith("<|file_sep|>util.py\ndef scale(value, factor):")
+    assert "<|file_sep|>main.py.diff\noriginal:\ndef run(name):\nupdated:\ndef run(whoname):\n" in body["prompt"]
+    assert "<|file_sep|>current/main.py\n" in body["prompt"]

@@ -16,7 +16,7 @@ Two public formats sit beside it, written from their documentation (both models 
 Qwen2.5-Coder family): Zed's Zeta (an instruction prompt in plain text: the user's edits as diffs,
 the excerpt with `<|editable_region_start|>` / `<|editable_region_end|>` around the region and
 `<|user_cursor_is_here|>` at the cursor; the answer repeats the markers around the region
-rewritten) and Sweep's next-edit model (Qwen's `<|file_sep|>` sections: each edit as
+rewritten) and Sweep's next-edit model (Qwen's `<|file_sep|>` sections: other files' snippets, each edit as
 `{path}.diff` with `original:` / `updated:` blocks, then `original/{path}` (the region before the
 last edit), `current/{path}` and an open `updated/{path}` the model writes). `detect` picks one:
 the embedded pair (its FIM format) gets its own, a model named zeta or sweep gets that one, a
@@ -73,14 +73,16 @@ def own_prompt(history: Sequence[HistoryItem], path: str, region: str) -> list[P
 @dataclass(frozen=True)
 class EditPrompt:
     """What a next-edit prompt is made of: the history (oldest first), the file's path, the
-    editable region (whole lines), the cursor as a char offset in it, and the file's text just
-    before and after the region (context a format may show; ours shows none)."""
+    editable region (whole lines), the cursor as a char offset in it, the file's text just
+    before and after the region and other files' snippets (context a format may show: Zeta
+    shows the text around the region, Sweep the snippets; ours neither)."""
     history: tuple[HistoryItem, ...]
     path: str
     region: str
     cursor: int = 0
     before: str = ""
     after: str = ""
+    extra: tuple = ()  # other files' snippets (client.Chunk: path, text), for a format that shows them
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,8 @@ def _unapplied(r: EditPrompt) -> str:
 def sweep_prompt(r: EditPrompt) -> list[Piece]:
     sep = Piece(SWEEP_SEP, True)
     out: list[Piece] = []
+    for c in r.extra:
+        out += [sep, Piece(f"{c.path}\n{_ended(c.text)}")]
     for h in r.history:
         out += [sep, Piece(f"{h.path}.diff\noriginal:\n{_ended(h.old)}updated:\n{_ended(h.new)}")]
     return out + [sep, Piece(f"original/{r.path}\n{_ended(_unapplied(r))}"), sep,

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..client import EngineClient
+from ..client import Chunk, EngineClient
 from ..documents import is_binary, language_for, line_starts, offset_at, snapshot_around
 from ..syntax.postprocess import error_count
 from .diff import TextEdit, region_edits
@@ -94,11 +94,12 @@ def from_versions(old: str, new: str, path: str) -> list[HistoryItem]:
 def predict(engine: EngineClient, text: str, line: int, col: int, history: Sequence[HistoryItem], *,
             path: str, language: str | None = None, fmt: str = "auto", speculative: bool = True,
             doc_key: str = "_default", cancel: threading.Event | None = None, above: int = 3,
-            below: int = 20, max_lines: int = 40, tree=None) -> NextEdit:
+            below: int = 20, max_lines: int = 40, tree=None, chunks: Sequence[Chunk] = ()) -> NextEdit:
     """The next edit at (line, col) (0-based, col in characters) of `text`, the file at `path`,
     after the edits `history` (oldest first). `language` (an LSP languageId or grammar name;
     default: from the path) enables the syntax rules; `tree` is the text's parse when the caller
-    has one. PositionError for a position outside the text; EngineError from the engine."""
+    has one; `chunks` are other files' snippets for a format that shows them (Sweep's).
+    PositionError for a position outside the text; EngineError from the engine."""
     offset = offset_at(text, line, col, exact=True)
     if is_binary(text):
         return NextEdit(dropped="binary")
@@ -114,7 +115,7 @@ def predict(engine: EngineClient, text: str, line: int, col: int, history: Seque
     a, b = starts[lo], starts[hi] if hi < len(starts) else len(text)
     region = text[a:b]
     req = EditPrompt(tuple(history), path, region, offset - a, _tail_lines(text[max(0, a - CONTEXT_CHARS):a]),
-                     _head_lines(text[b:b + CONTEXT_CHARS]))
+                     _head_lines(text[b:b + CONTEXT_CHARS]), tuple(chunks))
     c = engine.rewrite(req, fmt=fmt, doc_key=doc_key, speculative=speculative, cancel=cancel)
     got = NextEdit(region=(lo, hi), new_tokens=c.new_tokens, target_forwards=c.target_forwards,
                    accepted_per_forward=c.accepted_per_forward, total_ms=c.total_ms, speculative=c.speculative,

@@ -257,6 +257,8 @@ class WsEngine:
                  "history": [{"path": h.path, "old": h.old, "new": h.new} for h in request.history]}
         if max_new is not None:
             frame["max_new_tokens"] = max_new
+        if request.extra:
+            frame["extra"] = _chunks(request.extra)
         self.counters["requests"] += 1
         cancelled = False
         try:

@@ -36,7 +36,7 @@ FRAMES: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "rewrite": {"id": (ID, True), "doc": ((str,), True), "history": ((list,), True), "path": ((str,), True),
                 "region": ((str,), True), "cursor": ((int,), False), "before": ((str,), False),
                 "after": ((str,), False), "format": ((str,), False), "speculative": ((bool,), False),
-                "max_new_tokens": ((int,), False)},
+                "max_new_tokens": ((int,), False), "extra": ((list,), False)},
 }
 _TYPE_NAMES = {int: "an integer", str: "a string", bool: "a boolean", float: "a number", list: "a list",
                dict: "a map"}

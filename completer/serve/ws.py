@@ -181,7 +181,7 @@ def _rewrite(service, conn: Conn, f: dict) -> dict | None:
         return refused
     max_new = _max_new(service, f)
     request = EditPrompt(protocol.history(f["history"]), f["path"], f["region"], f["cursor"] or 0,
-                         f["before"] or "", f["after"] or "")
+                         f["before"] or "", f["after"] or "", protocol.chunks(f["extra"]))
     conn.docs.add(f["doc"])
     conn.inflight[id_] = cancel = threading.Event()
 
