@@ -209,6 +209,22 @@ def test_predict_drop_rules(answer, kw, reason):
     assert ne.to_json()["reason"] == reason
 
 
+def test_a_crlf_file_is_shown_with_lf_and_keeps_its_line_ends():
+    crlf = CURRENT.replace("\n", "\r\n")
+    eng = Scripted(lambda region: region.replace("name)", "key)"))
+    ne = predict(eng, crlf, 9, 21, [HistoryItem(h.path, h.old.replace("\n", "\r\n"), h.new.replace("\n", "\r\n"))
+                                    for h in HISTORY], path="store.py")
+    (req,) = eng.requests
+    assert "\r" not in req.region + req.before + req.after + "".join(h.old + h.new for h in req.history)
+    assert req.region[req.cursor:].startswith(", value)")
+    assert [e.to_json() for e in ne.edits] == [{"start_line": 11, "start_col": 28, "end_line": 11, "end_col": 32,
+                                                "text": "key"}]
+    assert apply_edits(crlf, ne.edits) == crlf.replace("name)", "key)")
+    undo = predict(Scripted(lambda region: region.replace("key, value", "name, value")), crlf, 9, 21,
+                   from_versions(SRC.replace("\n", "\r\n"), crlf, "store.py"), path="store.py")
+    assert undo.dropped == "undo"
+
+
 def test_predict_without_history_on_binary_or_a_long_line():
     eng = Scripted(lambda r: r + "x\n")
     assert predict(eng, CURRENT, 9, 0, [], path="store.py").dropped == "no_history"

@@ -114,16 +114,24 @@ def predict(engine: EngineClient, text: str, line: int, col: int, history: Seque
         return NextEdit(region=(line, line + 1), dropped="too_long")
     a, b = starts[lo], starts[hi] if hi < len(starts) else len(text)
     region = text[a:b]
-    req = EditPrompt(tuple(history), path, region, offset - a, _tail_lines(text[max(0, a - CONTEXT_CHARS):a]),
-                     _head_lines(text[b:b + CONTEXT_CHARS]), tuple(chunks))
+    # The models read and write \n: a \r\n file is shown to them with \n, and the answer gets
+    # the file's line ends back (else every line of the region would differ by its end).
+    crlf = "\r\n" in region
+    lf = (lambda s: s.replace("\r\n", "\n")) if crlf else (lambda s: s)
+    items = [HistoryItem(h.path, lf(h.old), lf(h.new)) for h in history]
+    req = EditPrompt(tuple(items), path, lf(region), len(lf(region[:offset - a])),
+                     lf(_tail_lines(text[max(0, a - CONTEXT_CHARS):a])), lf(_head_lines(text[b:b + CONTEXT_CHARS])),
+                     tuple(chunks))
     c = engine.rewrite(req, fmt=fmt, doc_key=doc_key, speculative=speculative, cancel=cancel)
     got = NextEdit(region=(lo, hi), new_tokens=c.new_tokens, target_forwards=c.target_forwards,
                    accepted_per_forward=c.accepted_per_forward, total_ms=c.total_ms, speculative=c.speculative,
                    text=c.text, format=c.extra.get("edit_format"))
     new = c.text
-    if not region.endswith("\n") and new.endswith("\n"):  # a region at a file end without a newline
+    if not req.region.endswith("\n") and new.endswith("\n"):  # a region at a file end without a newline
         new = new[:-1]
-    got.dropped = _dropped(c.stop_reason, bool(c.extra.get("malformed")), region, new, history[-1], path)
+    got.dropped = _dropped(c.stop_reason, bool(c.extra.get("malformed")), req.region, new, items[-1], path)
+    if crlf:
+        new = lf(new).replace("\n", "\r\n")
     if got.dropped is None and lang is not None and _adds_errors(text, a, b, new, lang):
         got.dropped = "syntax"
     if got.dropped is None:
