@@ -208,3 +208,32 @@ async def test_next_edit_prompt_holds_the_workspaces_definitions(client: Languag
     assert body["prompt"].startswith("<|file_sep|>util.py\ndef scale(value, factor):")
     assert "<|file_sep|>main.py.diff\noriginal:\ndef run(name):\nupdated:\ndef run(whoname):\n" in body["prompt"]
     assert "<|file_sep|>current/main.py\n" in body["prompt"]
+
+
+def test_cli_next_edit_on_a_remote_engine(scripted, tmp_path):
+    """The CLI's contract on an engine whose answer is known: the edits applied to FILE give the
+    predicted file (--json), and the plain output is that change as a unified diff."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from completer.edits.diff import TextEdit, apply_edits
+
+    old, new = tmp_path / "old.py", tmp_path / "main.py"
+    before = "def run(name):\n    x = 'é😀' + name\n    return x, name\n"
+    now = before.replace("run(name)", "run(who)")
+    old.write_text(before)
+    new.write_text(now)
+    predicted = now.replace("+ name", "+ who").replace("x, name", "x, who")
+    scripted.answer = predicted
+    argv = [str(Path(sys.executable).parent / "completer"), "next-edit", str(new), "--line", "0", "--col", "10",
+            "--before", str(old), "--engine", f"llamacpp:{scripted.base}", "--next-edit-format", "sweep"]
+    r = subprocess.run([*argv, "--json"], capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert "reason" not in out and out["format"] == "sweep" and out["new_tokens"] == 12
+    assert out["edits"][0] == {"start_line": 1, "start_col": 15, "end_line": 1, "end_col": 19, "text": "who"}
+    assert apply_edits(now, [TextEdit(**e) for e in out["edits"]]) == predicted  # columns in characters
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0 and r.stdout.startswith(f"--- {new}\n+++ {new}\n@@ ")
+    assert "-    x = 'é😀' + name\n+    x = 'é😀' + who\n" in r.stdout
