@@ -52,6 +52,8 @@ local function server()
         result = { capabilities = { textDocumentSync = { openClose = true, change = 2 } } }
       elseif method == 'completer/nextEdit' then
         result = reply and reply(params) or vim.NIL
+      elseif method == 'completer/stats' then
+        result = { engine = 'ready' }
       end
       vim.schedule(function() callback(nil, result) end)
       return true, n
@@ -174,6 +176,12 @@ answer('e8', { { range = { start = { line = 3 } }, newText = 'x' } })
 ne.request(0)
 vim.wait(300)
 check(ne.shown(0) == nil and #marks() == 0, 'a malformed reply is not shown')
+
+-- 7. :checkhealth completer reports next edits with this session's counts and the normal-mode keys.
+vim.cmd('checkhealth completer')
+local report = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')
+check(report:find('OK on: asked 300 ms after the last change; %%d+ asked, %%d+ shown, 2 accepted') ~= nil
+  and report:find('OK <Tab> (next_edit_accept, normal mode)', 1, true) ~= nil, 'checkhealth', report)
 
 for _, f in ipairs(failures) do io.stdout:write('FAIL ' .. f .. '\n') end
 io.stdout:write('done\n')
