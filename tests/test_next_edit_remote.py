@@ -236,4 +236,5 @@ def test_cli_next_edit_on_a_remote_engine(scripted, tmp_path):
     assert apply_edits(now, [TextEdit(**e) for e in out["edits"]]) == predicted  # columns in characters
     r = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0 and r.stdout.startswith(f"--- {new}\n+++ {new}\n@@ ")
-    assert "-    x = 'é😀' + name\n+    x = 'é😀' + who\n" in r.stdout
+    assert r.stdout.endswith("@@ -1,3 +1,3 @@\n def run(who):\n-    x = 'é😀' + name\n-    return x, name\n"
+                             "+    x = 'é😀' + who\n+    return x, who\n")
