@@ -91,3 +91,17 @@ async def test_rewrite_frame_and_the_ws_engine(server):
 
 def connect_ws(server):
     return ws_connect(f"ws://{server}/ws")
+
+
+async def test_next_edit_feedback_is_counted(server):
+    import asyncio
+
+    from test_serve import metric, metrics
+
+    name = 'completer_requests_total{kind="next_edit_feedback",outcome="accepted"}'
+    async with connect_ws(server) as ws:
+        before = metric(await asyncio.to_thread(metrics, server), name)
+        await ws.send(msgpack.packb({"type": "feedback", "id": 7, "accepted": True, "kind": "next_edit"}))
+        r = await ask(ws, {"type": "feedback", "id": 7, "accepted": True, "kind": "nope"})
+        assert (r["type"], r["code"]) == ("error", "bad_request") and "kind" in r["message"]
+        assert metric(await asyncio.to_thread(metrics, server), name) == before + 1

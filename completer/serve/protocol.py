@@ -29,7 +29,7 @@ FRAMES: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
                "language": ((str,), False), "max_new_tokens": ((int,), False), "extra": ((list,), False)},
     "cancel": {"id": (ID, True)},
     "feedback": {"id": (ID, True), "accepted": ((bool,), True), "accepted_chars": ((int,), False),
-                 "doc": ((str,), False), "text": ((str,), False)},
+                 "doc": ((str,), False), "text": ((str,), False), "kind": ((str,), False)},
     "forget": {"doc": ((str,), True)},
     "next_edit": {"id": (ID, True), "text": ((str,), True), "line": ((int,), True), "col": ((int,), True),
                   "before": ((str,), True), "path": ((str,), False), "language": ((str,), False)},

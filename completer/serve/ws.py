@@ -243,6 +243,11 @@ def _cancel(service, conn: Conn, f: dict) -> None:
 
 # feedback and forget take the engine's locks only briefly: run here, so later frames see them
 def _feedback(service, conn: Conn, f: dict) -> None:
+    if f["kind"] == "next_edit":  # a next edit shown: counted by outcome (/metrics), not the engine's
+        service.metrics.requests.labels("next_edit_feedback", "accepted" if f["accepted"] else "rejected").inc()
+        return
+    if f["kind"] not in (None, "completion"):
+        raise BadRequest(f'"kind" must be completion or next_edit, not {f["kind"]!r}', "kind")
     if service.ready:
         service.engine.feedback(_doc_key(conn, f["doc"] or ""), f["text"] or "", f["accepted"],
                                 f["accepted_chars"])
