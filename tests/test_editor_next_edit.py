@@ -1,7 +1,8 @@
 """Next-edit suggestions in the editors (issue 24 item 5): Neovim and the web editor.
 
 Neovim, first against a scripted language server inside the editor (a Lua `cmd` function: no
-model, exact replies): the extmarks drawn for removed, inserted and multi-line text, Tab applying
+model, exact replies): the extmarks drawn for removed, inserted and multi-line text (UTF-16
+columns past multi-byte characters), Tab applying
 with the cursor after the edit, a jump to an edit outside the window, Esc, stale replies and
 stale suggestions, the feedback sent. Then end to end with the real `completer-lsp` and the edit
 parrot (test_editor_parrot.py): rename a variable, the suggestion to carry it to the next line
@@ -128,6 +129,19 @@ check(#marks() == 0, 'nothing drawn after the apply')
 vim.wait(1000, function() return ne.counters.requests == 2 end)
 check(ne.counters.requests == 2, 'the apply asked for the next edit at once', ne.counters)
 
+-- 1b. columns are the client's offset encoding (UTF-16 here): past multi-byte characters the
+--     extmarks and the apply land on the same text.
+vim.api.nvim_buf_set_lines(0, 0, -1, false, { 'x = "é😀" + size', '' })
+answer('u1', { edit(0, 12, 0, 16, 'total') })
+ask()
+m = marks()
+check(m[1] and m[1].col == 15 and m[1].end_col == 19 and m[2] and m[2].col == 19, 'byte columns of UTF-16 positions', m)
+answer('u2', {})
+ne.accept(0)
+check(lines()[1] == 'x = "é😀" + total', 'applied in UTF-16 columns', lines())
+vim.api.nvim_buf_set_lines(0, 0, -1, false, { 'def area(width, height):', '    total = width * height',
+  '    return total', '' })
+
 -- 2. whole lines inserted: virt_lines above the line they go before; Esc (dismiss) drops them.
 answer('e3', { edit(2, 0, 2, 0, '    print(total)\n    print(width)\n') })
 ask()
@@ -180,7 +194,7 @@ check(ne.shown(0) == nil and #marks() == 0, 'a malformed reply is not shown')
 -- 7. :checkhealth completer reports next edits with this session's counts and the normal-mode keys.
 vim.cmd('checkhealth completer')
 local report = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')
-check(report:find('OK on: asked 300 ms after the last change; %%d+ asked, %%d+ shown, 2 accepted') ~= nil
+check(report:find('OK on: asked 300 ms after the last change; %%d+ asked, %%d+ shown, 3 accepted') ~= nil
   and report:find('OK <Tab> (next_edit_accept, normal mode)', 1, true) ~= nil, 'checkhealth', report)
 
 for _, f in ipairs(failures) do io.stdout:write('FAIL ' .. f .. '\n') end
