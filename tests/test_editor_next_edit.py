@@ -2,9 +2,8 @@
 
 Neovim, first against a scripted language server inside the editor (a Lua `cmd` function: no
 model, exact replies): the extmarks drawn for removed, inserted and multi-line text (UTF-16
-columns past multi-byte characters), Tab applying
-with the cursor after the edit, a jump to an edit outside the window, Esc, stale replies and
-stale suggestions, the feedback sent. Then end to end with the real `completer-lsp` and the edit
+columns past multi-byte characters), Tab applying with the cursor after the edit, a jump to an
+edit outside the window, Esc, stale replies and stale suggestions, the feedback sent. Then end to end with the real `completer-lsp` and the edit
 parrot (test_editor_parrot.py): rename a variable, the suggestion to carry it to the next line
 appears, Tab applies it; a suggestion whose buffer changed before Tab is not applied.
 
