@@ -32,6 +32,9 @@ class Scripted(ThreadingHTTPServer):
     def __init__(self, model: str = "fake-model"):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.model, self.answer, self.bodies = model, "", []
+        self.hold = threading.Event()  # cleared: an answer waits for it (a slow model)
+        self.hold.set()
+        self.asked = threading.Event()  # a completion request arrived
         threading.Thread(target=self.serve_forever, args=(0.02,), daemon=True).start()
 
     @property
@@ -49,11 +52,18 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *a) -> None:
         pass
 
-    def _send(self, body: bytes, ctype: str = "application/json") -> None:
+    def _send(self, body: bytes, ctype: str = "application/json", hold: threading.Event | None = None) -> None:
+        """The answer; with `hold`, the headers at once and the body once it is set (a slow model)."""
         self.send_response(200)
         self.send_header("Content-Type", ctype)
         self.end_headers()
-        self.wfile.write(body)
+        if hold is not None:
+            self.wfile.flush()
+            hold.wait(30)
+        try:
+            self.wfile.write(body)
+        except OSError:  # the client hung up (a cancelled request)
+            pass
 
     def do_GET(self) -> None:
         props = {"default_generation_settings": {"n_ctx": 4096}, "total_slots": 2, "model_alias": self.server.model}
@@ -68,10 +78,11 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/tokenize":
             self._send(json.dumps({"tokens": list(range(len(body.get("content", "")) // 3 + 1))}).encode())
         elif self.path == "/completion":
+            self.server.asked.set()
             self._send(_sse({"content": a[:half], "stop": False}, {"content": a[half:], "stop": False},
                             {"content": "", "stop": True, "stop_type": "word", "tokens_predicted": 12,
                              "timings": {"prompt_n": 40, "cache_n": 10, "predicted_n": 12, "draft_n": 10,
-                                         "draft_n_accepted": 8}}), "text/event-stream")
+                                         "draft_n_accepted": 8}}), "text/event-stream", self.server.hold)
         else:
             chunk = lambda s, why=None: {"choices": [{"text": s, "index": 0, "finish_reason": why}]}
             self._send(_sse(chunk(a[:half]), chunk(a[half:]), chunk("", "stop"),
@@ -83,6 +94,7 @@ class _Handler(BaseHTTPRequestHandler):
 def scripted():
     s = Scripted()
     yield s
+    s.hold.set()
     s.shutdown()
     s.server_close()
 
@@ -238,3 +250,25 @@ def test_cli_next_edit_on_a_remote_engine(scripted, tmp_path):
     assert r.returncode == 0 and r.stdout.startswith(f"--- {new}\n+++ {new}\n@@ ")
     assert r.stdout.endswith("@@ -1,3 +1,3 @@\n def run(who):\n-    x = 'é😀' + name\n-    return x, name\n"
                              "+    x = 'é😀' + who\n+    return x, who\n")
+
+
+@pytest.mark.asyncio
+async def test_an_edit_computed_on_an_older_text_is_dropped(client: LanguageClient, scripted):
+    """The user types while the model works: the request stops, and its answer says stale
+    (never edits for a text that is gone)."""
+    import asyncio
+
+    await _start(client, {"engine": f"llamacpp:{scripted.base}", "next_edit_format": "sweep"})
+    _open(client, SOURCE, URI)
+    _type(client, 0, 10, "who", 2, URI)
+    scripted.answer = SOURCE.replace("name", "whoname")
+    scripted.hold.clear()
+    pending = asyncio.ensure_future(client.protocol.send_request_async("completer/nextEdit", {
+        "textDocument": {"uri": URI}, "position": {"line": 0, "character": 13}}))
+    assert await asyncio.to_thread(scripted.asked.wait, 30)  # the model is at work
+    _type(client, 2, 0, "#", 3, URI)
+    got = await asyncio.wait_for(pending, 30)
+    assert (got.edits, got.reason, got.version) == ([], "stale", 2)
+    scripted.hold.set()
+    stats = await client.protocol.send_request_async("completer/stats", {})
+    assert stats.next_edit_dropped_stale == 1
