@@ -111,7 +111,9 @@ def _boundary(snap: Snapshot, cut: int) -> bool:
     node = root.descendant_for_byte_range(b - 1, b + 1)
     if node is None or node == root:
         return True
-    blocks = {n.id for ns in captures(snap, "blocks", node.start_byte, node.end_byte).values() for n in ns}
+    # the query over the node's first byte only: it meets the node and the few blocks around it
+    # (over the node's whole range, a cut inside a 5 000-line class would list all its blocks)
+    blocks = {n.id for ns in captures(snap, "blocks", node.start_byte, node.start_byte + 1).values() for n in ns}
     return node.id in blocks
 
 
