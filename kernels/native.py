@@ -14,6 +14,7 @@ and column sums for fbgemm's zero-point correction.
 """
 from __future__ import annotations
 
+import copy
 import ctypes
 import hashlib
 import os
@@ -137,6 +138,7 @@ class Packed:
         """kind f32 / f16: `w` [N, K] float; int8: `q` [N, K] int8 and `scale` [N]."""
         N, K = (w if q is None else q).shape
         Np = -(-N // bw) * bw
+        self.kind, self.bw = kind, bw
         self.bias = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
         self.scale = self.colsum = None
         if kind == "int8":
@@ -156,6 +158,24 @@ class Packed:
             self.w = np.ascontiguousarray(wp.reshape(Np // bw, bw, K).transpose(0, 2, 1))
             code = 1 if kind == "f16" else 0
         self.mat = Mat(code, N, K, Kp, ptr(self.w), ptr(self.scale), ptr(self.colsum), ptr(self.bias))
+
+    def dense(self) -> dict:
+        """The weight as `Packed` took it: {w} or {q, scale} (to repack for another block width)."""
+        N, K, nb = self.mat.N, self.mat.K, self.w.shape[0]
+        if self.kind == "int8":
+            q = self.w.transpose(0, 2, 1, 3).reshape(nb * self.bw, -1)[:N, :K]
+            return {"q": q, "scale": self.scale[:N]}
+        return {"w": self.w.transpose(0, 2, 1).reshape(nb * self.bw, K)[:N]}
+
+    def with_bias(self, bias: np.ndarray | None) -> Packed:
+        """The same weight (arrays shared) with a bias added by the product's epilogue."""
+        if bias is None:
+            return self
+        new = copy.copy(self)
+        new.bias = np.ascontiguousarray(bias, dtype=np.float32)
+        new.mat = Mat.from_buffer_copy(self.mat)
+        new.mat.bias = ptr(new.bias)
+        return new
 
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.w, self.scale, self.colsum) if a is not None)

@@ -17,7 +17,7 @@ from test_np_runner import STORAGE
 
 from completer.engine import native_runner
 from completer.engine.drafters import AdaptiveK, ModelDrafter
-from completer.engine.native_runner import NativeRunner, _pack, cache_dir, library
+from completer.engine.native_runner import NativeRunner, cache_dir, library
 from completer.engine.np_runner import NumpyRunner
 from completer.engine.quant import Fp16Weight, Int8Weight, quantize_weights
 from completer.engine.runner import LlamaRunner, LlamaWeights, forward_many
@@ -25,6 +25,7 @@ from completer.engine.runner_factory import make_runner
 from completer.engine.sampling import Sampling
 from completer.engine.speculative import generate
 from completer_kernels import native
+from completer_kernels import quant as kq
 
 torch.set_num_threads(1)
 CASES = ["llama-linear", "llama-yarn", "mistral", "qwen2", "qwen3"]  # biases, RoPE scalings, window, q/k norm
@@ -154,25 +155,51 @@ def test_batched_steps_stay_exact(lib):
             close(x, y)
 
 
-@pytest.mark.parametrize("kind", [Int8Weight, Fp16Weight, None])
+def packed_and_fbgemm(kind: str, w: torch.Tensor, bw: int):
+    """w in the native layout, and the product it must equal: fbgemm's on the same int8 / fp16
+    values, or a float32 matmul."""
+    ops = torch.ops.quantized
+    if kind == "int8":
+        q, scale = kq.quantize_int8(w)
+        qw = torch._make_per_channel_quantized_tensor(q, scale.double(), torch.zeros(len(q), dtype=torch.long), 0)
+        fb = ops.linear_prepack(qw, None)
+        return native.Packed("int8", bw, q=q.numpy(), scale=scale.numpy()), lambda x: ops.linear_dynamic(x, fb, True)
+    if kind == "f16":
+        fb16 = ops.linear_prepack_fp16(w.half().float(), None)
+        return native.Packed("f16", bw, w.numpy()), lambda x: ops.linear_dynamic_fp16(x, fb16)
+    return native.Packed("f32", bw, w.numpy()), lambda x: x @ w.T
+
+
+@pytest.mark.parametrize("kind", ["int8", "f16", "f32"])
 def test_products_equal_fbgemm(lib, kind):
     """int8: fbgemm's dynamic quantization step for step (per-tensor uint8 activations over all
-    rows, reduce_range): equal to the last bit. fp16 / float32: within float32 summation order."""
+    rows, reduce_range) on the same int8 weights: equal to the last bit. fp16 (fbgemm's fp16 GEMM)
+    and float32: within float32 summation order."""
     bw = lib.nstep_block_width()
     g = torch.Generator().manual_seed(0)
     for N, K in ((64, 64), (100, 36), (200, 130), (33, 7)):
-        w = torch.randn(N, K, generator=g)
-        m = w if kind is None else kind(w)
-        pk = _pack(m, bw, None)
-        for T in (1, 2, 5, 7, 13, 32):
+        pk, ref_of = packed_and_fbgemm(kind, torch.randn(N, K, generator=g), bw)
+        for T in (1, 2, 5, 7, 13, 32, 100):
             x = torch.randn(T, K, generator=g) * 3
-            ref = x @ w.T if kind is None else m.matmul(x)
             y = np.empty((T, N), np.float32)
             lib.nstep_matmul(ctypes.byref(pk.mat), x.numpy().ctypes.data, T, y.ctypes.data, 1)
-            if kind is Int8Weight:
-                assert torch.equal(torch.from_numpy(y), ref), (N, K, T)
+            if kind == "int8":
+                assert torch.equal(torch.from_numpy(y), ref_of(x)), (N, K, T)
             else:
-                assert torch.allclose(torch.from_numpy(y), ref, atol=1e-4, rtol=1e-4), (N, K, T)
+                assert torch.allclose(torch.from_numpy(y), ref_of(x), atol=1e-4, rtol=1e-4), (N, K, T)
+
+
+def test_quantized_weights_are_packed_once(lib):
+    """With the library, fp16 / int8 weights hold only the native layout (no fbgemm copy), and
+    the torch forward (prefill, batched steps) multiplies through it."""
+    w = weights("qwen2", "int8")
+    m = w.layers[0][1]
+    assert isinstance(m, Int8Weight) and m.native is not None and m._packed is None and m.q is None
+    x = torch.randn(3, m.shape[1])
+    y = np.empty((3, m.shape[0]), np.float32)
+    lib.nstep_matmul(ctypes.byref(m.native.mat), x.numpy().ctypes.data, 3, y.ctypes.data, 1)
+    assert torch.equal(m.matmul(x), torch.from_numpy(y))
+    assert isinstance(weights("qwen2", "fp16").layers[0][4], Fp16Weight)
 
 
 def test_bad_input_is_refused(lib):

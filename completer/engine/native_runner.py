@@ -58,7 +58,10 @@ def native_or_none():
 
 def _pack(m, bw: int, bias: torch.Tensor | None) -> native.Packed:
     b = None if bias is None else bias.float().numpy()
-    if isinstance(m, Fp16Weight):
+    p = getattr(m, "native", None)
+    if p is not None:  # quantized into the native layout (quant.py): shared, or repacked for another build's
+        return p.with_bias(b) if p.bw == bw else native.Packed(p.kind, bw, bias=b, **p.dense())
+    if isinstance(m, Fp16Weight):  # packed for fbgemm while the library was off: unpack a copy
         w = torch.ops.quantized.linear_unpack_fp16(m._packed)[0]  # the fp16 values, widened
         return native.Packed("f16", bw, w.numpy(), b)
     if isinstance(m, Int8Weight):
@@ -103,7 +106,6 @@ class NativeWeights:
         self.model = native.Model(embed.shape[1], w.n_heads, w.n_kv, w.hd, inter, len(layers),
                                   head.mat.N, lay.sliding_window or 0, _EMBED_KIND[embed.dtype], w.eps,
                                   p(embed), p(vec(w.norm)), self.layers, head.mat)
-        self.nbytes = sum(m.nbytes() for m in self.keep if isinstance(m, native.Packed))
 
 
 class NativeRunner(LlamaRunner):
@@ -113,14 +115,14 @@ class NativeRunner(LlamaRunner):
     SHORT = NumpyRunner.SHORT  # tokens; longer forwards take torch's batched path
 
     def __init__(self, weights: LlamaWeights, lib: ctypes.CDLL, max_len: int | None = None, threads: int = 1):
-        if not eligible(weights):
+        if not eligible(weights, native=True):
             raise ValueError("NativeRunner needs a plain Llama layer on the CPU with float32, fp16 or int8 weights")
         super().__init__(weights, max_len)
         w = weights
         cached = getattr(w, "_native", None)
-        if cached is None or cached[0] is not w.lm_head:  # (re)built after restrict_head
-            cached = w._native = (w.lm_head, NativeWeights(w, lib))
-        self.nw = cached[1]
+        if cached is None or cached[0] is not w.lm_head or cached[1] is not lib:  # after restrict_head
+            cached = w._native = (w.lm_head, lib, NativeWeights(w, lib))
+        self.nw = cached[2]
         self.lib, self.threads = lib, threads
         self._model = ctypes.byref(self.nw.model)
         self._rot = self.rot.contiguous()

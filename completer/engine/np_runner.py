@@ -51,13 +51,15 @@ def _one_blas_thread() -> None:
         _BLAS_LIMITED = True
 
 
-def _kernel_ok(m) -> bool:
+def _kernel_ok(m, native: bool) -> bool:
     if isinstance(m, torch.Tensor):
         return m.dtype == torch.float32
-    return isinstance(m, (Fp16Weight, Int8Weight)) and m._packed is not None
+    return isinstance(m, (Fp16Weight, Int8Weight)) and (m._packed is not None or native and m.native is not None)
 
 
-def eligible(w) -> bool:
+def eligible(w, native: bool = False) -> bool:
+    """Whether this step (or with `native`, native_runner.py's) runs `w`: quantized matrices
+    packed for fbgemm (or, native, in the native step's layout)."""
     if not (isinstance(w, LlamaWeights) and w.device.type == "cpu" and w.dtype == torch.float32):
         return False
     lay = w.layout
@@ -66,7 +68,7 @@ def eligible(w) -> bool:
     if w.embed.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         return False
     mats = [w.lm_head] + [m for layer in w.layers for m in layer[1:3] + layer[4:6]]
-    return all(_kernel_ok(m) for m in mats)
+    return all(_kernel_ok(m, native) for m in mats)
 
 
 MatMul = Callable[[np.ndarray], np.ndarray]  # x [T, in] float32 → x @ W.T [T, out] float32

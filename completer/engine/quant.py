@@ -5,9 +5,10 @@ are added after the quantized matmul (runner._linear).
 Groups: embed (token embedding), attn (q/k/v/o), mlp (gate/up/down), head (LM head). Precisions:
 - embed: fp32 | bf16 | fp16 — stored at that width, cast to the compute dtype on lookup;
 - attn/mlp/head: none | fp16 | int8 | int4. fp16 = half-width storage, fp32 math (exact for
-  16-bit checkpoints, see Fp16Weight); int8 = per-channel symmetric; on CPU it runs fbgemm's
-  dynamic-int8 linear (int8 activations × int8 weights), on CUDA the Triton weight-only kernel
-  in kernels/quant.py. int4 = group-32 asymmetric, packed two per byte; CUDA: Triton kernel,
+  16-bit checkpoints, see Fp16Weight); int8 = per-channel symmetric; on CPU fbgemm's
+  dynamic-int8 scheme (int8 activations × int8 weights) through the native step's kernels
+  (native_runner.py; fbgemm's own where they are unavailable), on CUDA the Triton weight-only
+  kernel in kernels/quant.py. int4 = group-32 asymmetric, packed two per byte; CUDA: Triton kernel,
   CPU: dequantized per call (memory-lean, slow — no fast int4 GEMV on AVX2).
 
 A quantized weight `w` works wherever the runner writes `x @ w.T`: `w.T` is an object whose
@@ -18,8 +19,11 @@ embed=fp16,attn=int8,mlp=int4,head=int8). int8/nf4 are bitsandbytes (see models.
 """
 from __future__ import annotations
 
+import ctypes
+
 import torch
 
+from completer_kernels import native
 from completer_kernels import quant as kq
 
 DEFAULT_GROUPS = "embed=fp16,attn=int8,mlp=int4,head=int8"
@@ -53,18 +57,26 @@ class _T:
 
 
 class Int8Weight:
+    """CPU: the native step's int8 layout (native_runner.py; fbgemm's dynamic-int8 scheme, faster
+    at every row count), or fbgemm's own packing where the native library is unavailable; one
+    int8 copy either way."""
+
     def __init__(self, w: torch.Tensor):
         self.shape, self.dtype = w.shape, w.dtype
         self.q, self.scale = kq.quantize_int8(w)  # [N, K] int8, [N] fp32
         self.T = _T(self)
-        self._packed = None
+        self._packed = self.native = None
         if not w.is_cuda:
-            qw = torch.quantize_per_channel(w.float(), self.scale.double(), torch.zeros_like(self.scale, dtype=torch.long),
-                                            0, torch.qint8)
-            self._packed = torch.ops.quantized.linear_prepack(qw, None)
-            self.q = None  # fbgemm holds its own packed copy: keep one int8 copy, not two
+            self.native = native_pack("int8", q=self.q.numpy(), scale=self.scale.numpy())
+            if self.native is None:
+                qw = torch.quantize_per_channel(w.float(), self.scale.double(),
+                                                torch.zeros_like(self.scale, dtype=torch.long), 0, torch.qint8)
+                self._packed = torch.ops.quantized.linear_prepack(qw, None)
+            self.q = None  # the packed copy is the only one
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        if self.native is not None:
+            return native_matmul(self.native, x)
         if self._packed is not None:
             y = torch.ops.quantized.linear_dynamic(x.float().reshape(-1, x.shape[-1]), self._packed, True)
             return y.reshape(*x.shape[:-1], -1).to(x.dtype)
@@ -84,12 +96,17 @@ class Fp16Weight:
     def __init__(self, w: torch.Tensor):
         self.shape, self.dtype = w.shape, w.dtype
         self.T = _T(self)
+        self.w16 = self._packed = self.native = None
         if w.is_cuda:
-            self.w16, self._packed = w.half(), None
-        else:
-            self.w16, self._packed = None, torch.ops.quantized.linear_prepack_fp16(w.float().contiguous(), None)
+            self.w16 = w.half()
+        else:  # the native step's layout, else fbgemm's (as Int8Weight)
+            self.native = native_pack("f16", w=w.float().contiguous().numpy())
+            if self.native is None:
+                self._packed = torch.ops.quantized.linear_prepack_fp16(w.float().contiguous(), None)
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        if self.native is not None:
+            return native_matmul(self.native, x)
         if self._packed is None:
             return (x.half() @ self.w16.T).to(x.dtype)
         y = torch.ops.quantized.linear_dynamic_fp16(x.float().reshape(-1, x.shape[-1]), self._packed)
@@ -97,6 +114,27 @@ class Fp16Weight:
 
     def nbytes(self) -> int:
         return 2 * self.shape[0] * self.shape[1]
+
+
+def native_pack(kind: str, **arrays):
+    """A CPU weight in the native step's layout (kernels/native.py), None without the library."""
+    from .native_runner import native_or_none
+
+    lib = native_or_none()
+    if lib is None:
+        return None
+    p = native.Packed(kind, lib.nstep_block_width(), **arrays)
+    p.lib = lib
+    return p
+
+
+def native_matmul(p, x: torch.Tensor) -> torch.Tensor:
+    """x @ W.T through the native kernels on torch's threads (prefill, batched steps)."""
+    x2 = x.reshape(-1, x.shape[-1]).float().contiguous()
+    y = torch.empty(x2.shape[0], p.mat.N)
+    if x2.shape[0]:
+        p.lib.nstep_matmul(ctypes.byref(p.mat), x2.data_ptr(), x2.shape[0], y.data_ptr(), torch.get_num_threads())
+    return y.reshape(*x.shape[:-1], -1).to(x.dtype)
 
 
 class Int4Weight:

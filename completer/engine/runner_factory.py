@@ -24,7 +24,10 @@ def make_runner(model, max_len: int | None = None, lean: bool = True, threads: i
         return HFRunner(model, max_len)
     if w.device.type == "cuda":  # static shapes replayed as CUDA graphs (cuda_graphs.py)
         return GraphRunner(w, max_len)
-    if lean and eligible(w):
+    if lean and eligible(w, native=True):
         lib = native_or_none()
-        return NumpyRunner(w, max_len, threads) if lib is None else NativeRunner(w, lib, max_len, threads)
+        if lib is not None:
+            return NativeRunner(w, lib, max_len, threads)
+    if lean and eligible(w):
+        return NumpyRunner(w, max_len, threads)
     return LlamaRunner(w, max_len)
