@@ -17,7 +17,7 @@ from test_np_runner import STORAGE
 
 from completer.engine import native_runner
 from completer.engine.drafters import AdaptiveK, ModelDrafter
-from completer.engine.native_runner import NativeRunner, cache_dir, library
+from completer.engine.native_runner import NativeRunner, cache_dir, forward_native_many, library
 from completer.engine.np_runner import NumpyRunner
 from completer.engine.quant import Fp16Weight, Int8Weight, quantize_weights
 from completer.engine.runner import LlamaRunner, LlamaWeights, forward_many
@@ -130,6 +130,31 @@ def test_greedy_ids_plain_and_speculative(lib, case, storage):
                 outs.append(generate(target, prompt, 40, Sampling(), d, kk)[0])
             assert type(target) is NativeRunner and type(draft) is NativeRunner
             assert outs[0] == outs[1], (case, storage, trial, k)
+
+
+@pytest.mark.parametrize("storage", ["fp32", "fp16", "int8"])
+@pytest.mark.parametrize("case", ["mistral", "qwen3"])
+def test_native_batched_step_equals_torch_batched(lib, case, storage):
+    """forward_native_many (batch.py's step for NativeRunners: one call, products over every
+    member's rows) gives forward_many's logits (torch, the same batch) for members at different
+    depths (past Mistral's window) and widths, and leaves each cache as its own steps would."""
+    w = weights(case, storage)
+    ids = torch.randint(0, 256, (90,), generator=torch.Generator().manual_seed(4)).tolist()
+    ref = [LlamaRunner(w, 128) for _ in range(3)]
+    got = [NativeRunner(w, lib, 128) for _ in range(3)]
+    for rs in (ref, got):
+        for r, n in zip(rs, (5, 20, 40)):
+            r.forward(ids[:n])
+    outs = []
+    for feeds in ([ids[60:61], ids[61:70], ids[70:73]], [ids[80:81], ids[81:82], ids[82:83]]):
+        outs += zip(forward_many(ref, feeds), forward_native_many(got, feeds))
+    assert [r.ids for r in ref] == [r.ids for r in got]
+    outs += [(a.forward(ids[85:87]), b.forward(ids[85:87])) for a, b in zip(ref, got)]
+    if storage == "int8":  # one activation scale over the batch's rows, as fbgemm's
+        close_int8(outs)
+    else:
+        for a, b in outs:
+            close(a, b)
 
 
 def test_batched_steps_stay_exact(lib):

@@ -4,7 +4,8 @@ same time are collected by `StepBatcher` and run as one step.
 For `LlamaRunner`s sharing weights, `forward_many` (runner.py) concatenates the requests' new tokens
 so the linear layers run once on [ΣT, D] (the weight read is paid once per step instead of once per
 request), while rotary embedding, the K/V write and attention stay per sequence over each runner's
-own cache. Other runners (HF, quantized) are stepped one after another inside the same step.
+own cache; `NativeRunner`s do the same in one native call (`forward_native_many`). Other runners
+(HF) are stepped one after another inside the same step.
 
 A batched step runs at the pace of its widest member, so under load the live generations share a
 per-step token budget: `max_draft_now()` caps each one's draft length (read by the speculative
@@ -17,6 +18,7 @@ import time
 
 import torch
 
+from .native_runner import NativeRunner, forward_native_many
 from .runner import LlamaRunner, forward_many
 
 
@@ -38,7 +40,10 @@ def _run_calls(calls: list[_Call]) -> None:
             if len(group) == 1:
                 group[0].out = group[0].runner.forward(group[0].ids)
             else:
-                outs = forward_many([c.runner for c in group], [c.ids for c in group])
+                rs, feeds = [c.runner for c in group], [c.ids for c in group]
+                native = all(type(r) is NativeRunner and r.lib is rs[0].lib for r in rs) and \
+                    max(map(len, feeds)) <= NativeRunner.SHORT
+                outs = (forward_native_many if native else forward_many)(rs, feeds)
                 for c, o in zip(group, outs):
                     c.out = o
         except Exception as e:  # noqa: BLE001 - delivered to each caller's own thread

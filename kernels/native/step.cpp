@@ -546,85 +546,110 @@ static thread_local Work work;
 
 extern "C" {
 
-// Append T tokens at positions p.. to one runner's cache (kc, vc: [L, Hkv, P, hd] float32) and
-// write their logits [T, V] (over the model's head rows). rot: [P, hd/2] complex64 rotations.
-int nstep_forward(const Model* mp, float* kc, float* vc, int P, const float* rot, const int64_t* ids, int T, int p,
-                  float* logits, int nt) {
+// One sequence of a step: its runner's cache (kc, vc: [L, Hkv, P, hd] float32), rotations (rot:
+// [P, hd/2] complex64) and T new tokens at positions p...
+struct Seq {
+  float* kc;
+  float* vc;
+  const float* rot;
+  int32_t P, T, p;
+};
+
+// Append each sequence's tokens (ids: theirs one after another) and write their logits [ΣT, V]
+// (over the model's head rows). The products run once over all ΣT rows (one weight read for the
+// whole batch); RoPE, the K/V write and attention run per sequence over its own cache.
+int nstep_forward_many(const Model* mp, const Seq* seqs, int n, const int64_t* ids, float* logits, int nt) {
   const Model& m = *mp;
-  if (p + T > P || T <= 0 || m.hd > 16 * VW) return 1;
+  int S = 0;
+  for (int i = 0; i < n; i++) {
+    if (seqs[i].p + seqs[i].T > seqs[i].P || seqs[i].T <= 0) return 1;
+    S += seqs[i].T;
+  }
+  if (n <= 0 || m.hd > 16 * VW) return 1;
   Work& w = work;
   const int D = m.D, H = m.H, Hkv = m.Hkv, hd = m.hd, I = m.I;
   const int nqkv = (H + 2 * Hkv) * hd;
-  w.x.resize((size_t)T * D);
-  w.xn.resize((size_t)T * D);
-  w.qkv.resize((size_t)T * nqkv);
-  w.att.resize((size_t)T * H * hd);
-  w.gu.resize((size_t)T * 2 * I);
-  w.h.resize((size_t)T * I);
+  w.x.resize((size_t)S * D);
+  w.xn.resize((size_t)S * D);
+  w.qkv.resize((size_t)S * nqkv);
+  w.att.resize((size_t)S * H * hd);
+  w.gu.resize((size_t)S * 2 * I);
+  w.h.resize((size_t)S * I);
   nt = std::max(1, nt);
   if ((int)w.sc.size() < nt) w.sc.resize(nt);
   float* x = w.x.data();
-  embed_rows(m, ids, T, x);
-  const size_t layer_kv = (size_t)Hkv * P * hd;
+  embed_rows(m, ids, S, x);
   for (int li = 0; li < m.L; li++) {
     const Layer& L = m.layers[li];
-    rms(x, D, T, D, L.w_in, m.eps, w.xn.data(), D);
-    matmul(L.qkv, w.xn.data(), D, T, w.qkv.data(), nqkv, false, nt, w.s);
-    float* kl = kc + li * layer_kv;
-    float* vl = vc + li * layer_kv;
-    for (int t = 0; t < T; t++) {
-      float* row = w.qkv.data() + (size_t)t * nqkv;
-      const float* r = rot + (size_t)(p + t) * hd;  // complex pairs (cos, sin)
-      for (int hh = 0; hh < H + Hkv; hh++) {
-        float* v = row + (size_t)hh * hd;
-        if (L.q_norm) {  // Qwen3: RMSNorm per head before RoPE
-          const float* nw = hh < H ? L.q_norm : L.k_norm;
-          float s = 1.0f / std::sqrt(dot(v, v, hd) / hd + m.eps);
-          for (int i = 0; i < hd; i++) v[i] = v[i] * s * nw[i];
+    rms(x, D, S, D, L.w_in, m.eps, w.xn.data(), D);
+    matmul(L.qkv, w.xn.data(), D, S, w.qkv.data(), nqkv, false, nt, w.s);
+    for (int i = 0, row0 = 0; i < n; row0 += seqs[i].T, i++) {
+      const Seq& q = seqs[i];
+      const size_t layer_kv = (size_t)Hkv * q.P * hd;
+      float* kl = q.kc + li * layer_kv;
+      float* vl = q.vc + li * layer_kv;
+      for (int t = 0; t < q.T; t++) {
+        float* row = w.qkv.data() + (size_t)(row0 + t) * nqkv;
+        const float* r = q.rot + (size_t)(q.p + t) * hd;  // complex pairs (cos, sin)
+        for (int hh = 0; hh < H + Hkv; hh++) {
+          float* v = row + (size_t)hh * hd;
+          if (L.q_norm) {  // Qwen3: RMSNorm per head before RoPE
+            const float* nw = hh < H ? L.q_norm : L.k_norm;
+            float sc = 1.0f / std::sqrt(dot(v, v, hd) / hd + m.eps);
+            for (int j = 0; j < hd; j++) v[j] = v[j] * sc * nw[j];
+          }
+          for (int j = 0; j < hd; j += 2) {
+            float a = v[j], b = v[j + 1], c = r[j], sn = r[j + 1];
+            v[j] = a * c - b * sn;
+            v[j + 1] = a * sn + b * c;
+          }
+          if (hh >= H) memcpy(kl + ((size_t)(hh - H) * q.P + q.p + t) * hd, v, sizeof(float) * hd);
         }
-        for (int i = 0; i < hd; i += 2) {
-          float a = v[i], b = v[i + 1], c = r[i], sn = r[i + 1];
-          v[i] = a * c - b * sn;
-          v[i + 1] = a * sn + b * c;
-        }
-        if (hh >= H) memcpy(kl + ((size_t)(hh - H) * P + p + t) * hd, v, sizeof(float) * hd);
+        for (int hh = 0; hh < Hkv; hh++)
+          memcpy(vl + ((size_t)hh * q.P + q.p + t) * hd, row + (size_t)(H + Hkv + hh) * hd, sizeof(float) * hd);
       }
-      for (int hh = 0; hh < Hkv; hh++)
-        memcpy(vl + ((size_t)hh * P + p + t) * hd, row + (size_t)(H + Hkv + hh) * hd, sizeof(float) * hd);
-    }
-    if (nt > 1 && H > 1) {
+      const float* qrows = w.qkv.data() + (size_t)row0 * nqkv;
+      float* orows = w.att.data() + (size_t)row0 * H * hd;
+      if (nt > 1 && H > 1) {
 #pragma omp parallel num_threads(nt)
-      {
+        {
 #ifdef _OPENMP
-        int id = omp_get_thread_num(), n = omp_get_num_threads();
+          int id = omp_get_thread_num(), nth = omp_get_num_threads();
 #else
-        int id = 0, n = 1;
+          int id = 0, nth = 1;
 #endif
-        int h0 = H * id / n, h1 = H * (id + 1) / n;
-        attend(m, w.qkv.data(), nqkv, kl, vl, P, p, T, h0, h1, w.att.data(), H * hd, w.sc[id]);
+          attend(m, qrows, nqkv, kl, vl, q.P, q.p, q.T, H * id / nth, H * (id + 1) / nth, orows, H * hd, w.sc[id]);
+        }
+      } else {
+        attend(m, qrows, nqkv, kl, vl, q.P, q.p, q.T, 0, H, orows, H * hd, w.sc[0]);
       }
-    } else {
-      attend(m, w.qkv.data(), nqkv, kl, vl, P, p, T, 0, H, w.att.data(), H * hd, w.sc[0]);
     }
-    matmul(L.o, w.att.data(), H * hd, T, x, D, true, nt, w.s);
-    rms(x, D, T, D, L.w_post, m.eps, w.xn.data(), D);
-    matmul(L.gu, w.xn.data(), D, T, w.gu.data(), 2 * I, false, nt, w.s);
-    for (int t = 0; t < T; t++) {  // SiLU(gate) · up
+    matmul(L.o, w.att.data(), H * hd, S, x, D, true, nt, w.s);
+    rms(x, D, S, D, L.w_post, m.eps, w.xn.data(), D);
+    matmul(L.gu, w.xn.data(), D, S, w.gu.data(), 2 * I, false, nt, w.s);
+    for (int t = 0; t < S; t++) {  // SiLU(gate) · up
       const float* gr = w.gu.data() + (size_t)t * 2 * I;
       float* hr = w.h.data() + (size_t)t * I;
-      int i = 0;
-      for (; i + VW <= I; i += VW) {
-        V gv = vload(gr + i);
+      int j = 0;
+      for (; j + VW <= I; j += VW) {
+        V gv = vload(gr + j);
         V e = vexp(vmul(gv, vset1(-1.f)));
-        vstore(hr + i, vmul(vmul(gv, vload(gr + I + i)), vset1(1.f) / vadd(vset1(1.f), e)));
+        vstore(hr + j, vmul(vmul(gv, vload(gr + I + j)), vset1(1.f) / vadd(vset1(1.f), e)));
       }
-      for (; i < I; i++) hr[i] = gr[i] / (1.f + std::exp(-gr[i])) * gr[I + i];
+      for (; j < I; j++) hr[j] = gr[j] / (1.f + std::exp(-gr[j])) * gr[I + j];
     }
-    matmul(L.down, w.h.data(), I, T, x, D, true, nt, w.s);
+    matmul(L.down, w.h.data(), I, S, x, D, true, nt, w.s);
   }
-  rms(x, D, T, D, m.norm, m.eps, w.xn.data(), D);
-  matmul(m.head, w.xn.data(), D, T, logits, m.V, false, nt, w.s);
+  rms(x, D, S, D, m.norm, m.eps, w.xn.data(), D);
+  matmul(m.head, w.xn.data(), D, S, logits, m.V, false, nt, w.s);
   return 0;
+}
+
+// One runner's forward: T tokens at positions p.. (see Seq).
+int nstep_forward(const Model* mp, float* kc, float* vc, int P, const float* rot, const int64_t* ids, int T, int p,
+                  float* logits, int nt) {
+  const Seq one{kc, vc, rot, P, T, p};
+  return nstep_forward_many(mp, &one, 1, ids, logits, nt);
 }
 
 // A draft's greedy proposal in one call: feed T tokens at positions p.., then take its argmax
