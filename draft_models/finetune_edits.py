@@ -33,9 +33,9 @@ class MixedStream:
     of (seed, step), like SampleStream."""
 
     def __init__(self, texts: list[str], paths: list[str], tok: Tokenizer, seq_len: int, seed: int,
-                 edit_rate: float = 0.5):
+                 edit_rate: float = 0.5, max_region_chars: int = 1400):
         self.texts, self.paths, self.tok, self.seq_len, self.seed = texts, paths, tok, seq_len, seed
-        self.edit_rate = edit_rate
+        self.edit_rate, self.max_region_chars = edit_rate, max_region_chars
         self.plain = SampleStream(texts, tok, seq_len, seed)
         self.pad = tok.token_to_id(PAD)
         self.enc = lambda s: tok.encode(s).ids if s else []
@@ -43,7 +43,7 @@ class MixedStream:
     def _edit(self, rng: random.Random) -> tuple[list[int], int] | None:
         for _ in range(20):
             i = rng.randrange(len(self.texts))
-            task = make_task(self.texts[i], self.paths[i], rng)
+            task = make_task(self.texts[i], self.paths[i], rng, max_region_chars=self.max_region_chars)
             if task is None:
                 continue
             ids, start = sample_ids(task, self.tok, self.enc)
@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draft-steps", type=int, default=250)
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--edit-rate", type=float, default=0.5)
+    ap.add_argument("--lr", type=float, default=6e-4)
+    ap.add_argument("--max-region-chars", type=int, default=1400, help="shorter regions: an easier start")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     a.run_dir.mkdir(parents=True, exist_ok=True)
@@ -101,12 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     tok = Tokenizer.from_file(str(a.src / "target" / "tokenizer.json"))
     train_files, held_files = corpus_files(split="train"), corpus_files(split="heldout")
     train = MixedStream([read_source(f) for f in train_files], [f.name for f in train_files], tok, a.ctx,
-                        a.seed, a.edit_rate)
+                        a.seed, a.edit_rate, a.max_region_chars)
     held = MixedStream([read_source(f) for f in held_files], [f.name for f in held_files], tok, a.ctx,
-                       a.seed + 1, a.edit_rate)
-    tcfg = TrainConfig(steps=a.target_steps, batch_size=a.batch_size, lr=6e-4, warmup=30, ckpt_every=50,
+                       a.seed + 1, a.edit_rate, a.max_region_chars)
+    tcfg = TrainConfig(steps=a.target_steps, batch_size=a.batch_size, lr=a.lr, warmup=30, ckpt_every=50,
                        log_every=10, eval_every=250, eval_batches=6)
-    dcfg = replace(tcfg, steps=a.draft_steps, lr=1e-3)
+    dcfg = replace(tcfg, steps=a.draft_steps, lr=a.lr * 5 / 3)
     log(f"fine-tune for next edits: ctx {a.ctx}, {len(train_files)} train / {len(held_files)} held-out files, "
         f"edit rate {a.edit_rate}, target {asdict(tcfg)}, draft steps {a.draft_steps}")
     target = _load(a.src / "target", a.ctx)
