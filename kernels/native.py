@@ -54,7 +54,8 @@ def isa_flags(flags: set[str]) -> tuple[str, list[str]] | None:
 class Mat(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int32), ("N", ctypes.c_int32), ("K", ctypes.c_int32), ("Kp", ctypes.c_int32),
                 ("w", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("colsum", ctypes.c_void_p),
-                ("bias", ctypes.c_void_p)]
+                ("bias", ctypes.c_void_p), ("gs", ctypes.c_void_p), ("gsz", ctypes.c_void_p),
+                ("szsum", ctypes.c_void_p), ("G", ctypes.c_int32)]
 
 
 class Layer(ctypes.Structure):
@@ -141,14 +142,31 @@ class Packed:
     """One weight in the kernels' layout, with the arrays its `Mat` points into (kept alive here)."""
 
     def __init__(self, kind: str, bw: int, w: np.ndarray | None = None, bias: np.ndarray | None = None, *,
-                 q: np.ndarray | None = None, scale: np.ndarray | None = None):
-        """kind f32 / f16: `w` [N, K] float; int8: `q` [N, K] int8 and `scale` [N]."""
+                 q: np.ndarray | None = None, scale: np.ndarray | None = None, zero: np.ndarray | None = None):
+        """kind f32 / f16: `w` [N, K] float; int8: `q` [N, K] int8 and `scale` [N]; int4: `q` [N, K]
+        in 0..15 with `scale` and real-valued `zero` [N, K/G] (w = (q - zero)·scale per group)."""
         N, K = (w if q is None else q).shape
         Np = -(-N // bw) * bw
         self.kind, self.bw = kind, bw
         self.bias = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
-        self.scale = self.colsum = None
-        if kind == "int8":
+        self.scale = self.colsum = self.gs = self.gsz = self.szsum = None
+        G = 0
+        if kind == "int4":
+            G = K // scale.shape[1]
+            nb, ng = Np // bw, K // G
+            qp = np.zeros((Np, K), np.uint8)
+            qp[:N] = q
+            sp, zp = np.zeros((Np, ng), np.float32), np.zeros((Np, ng), np.float32)
+            sp[:N], zp[:N] = scale, zero
+            a = qp.reshape(nb, bw, ng, G // 8, 2, 4).transpose(0, 2, 3, 1, 5, 4)  # (block, group, j, col, i, half)
+            self.w = np.ascontiguousarray(a[..., 0] | (a[..., 1] << 4))
+            self.gs = np.ascontiguousarray(sp.reshape(nb, bw, ng).transpose(0, 2, 1))
+            self.gsz = np.ascontiguousarray((sp * zp).reshape(nb, bw, ng).transpose(0, 2, 1))
+            qsum = qp.reshape(Np, ng, G).sum(-1, dtype=np.int64).astype(np.float32)
+            self.scale = np.ascontiguousarray((sp * qsum).sum(1, dtype=np.float32))  # Σ_g s·Σq
+            self.szsum = np.ascontiguousarray((sp * zp).sum(1, dtype=np.float32))
+            Kp, code = K, 3
+        elif kind == "int8":
             Kp = -(-K // 4) * 4
             qp = np.zeros((Np, Kp), np.int8)
             qp[:N, :K] = q
@@ -164,11 +182,17 @@ class Packed:
             wp[:N] = w
             self.w = np.ascontiguousarray(wp.reshape(Np // bw, bw, K).transpose(0, 2, 1))
             code = 1 if kind == "f16" else 0
-        self.mat = Mat(code, N, K, Kp, ptr(self.w), ptr(self.scale), ptr(self.colsum), ptr(self.bias))
+        self.mat = Mat(code, N, K, Kp, ptr(self.w), ptr(self.scale), ptr(self.colsum), ptr(self.bias), ptr(self.gs),
+                       ptr(self.gsz), ptr(self.szsum), G)
 
     def dense(self) -> dict:
         """The weight as `Packed` took it: {w} or {q, scale} (to repack for another block width)."""
         N, K, nb = self.mat.N, self.mat.K, self.w.shape[0]
+        if self.kind == "int4":
+            ng, half = self.gs.shape[1], np.stack([self.w & 15, self.w >> 4], -1)  # (block, group, j, col, i, half)
+            s = self.gs.transpose(0, 2, 1).reshape(nb * self.bw, ng)[:N]
+            z = self.gsz.transpose(0, 2, 1).reshape(nb * self.bw, ng)[:N] / np.where(s == 0, 1, s)
+            return {"q": half.transpose(0, 3, 1, 2, 5, 4).reshape(nb * self.bw, K)[:N], "scale": s, "zero": z}
         if self.kind == "int8":
             q = self.w.transpose(0, 2, 1, 3).reshape(nb * self.bw, -1)[:N, :K]
             return {"q": q, "scale": self.scale[:N]}

@@ -71,19 +71,19 @@ def close(a: torch.Tensor, b: torch.Tensor) -> None:
 def close_int8(outs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
     """fbgemm's int8 scales activations per tensor at 7 bits: a float32-rounding difference in the
     glue before a product (sum order) can move its range by an ulp and flip a few activations by one
-    step, which moves logits by ~1 % of their range. So: most forwards equal to float32 rounding,
-    none further than 10 % of the logits' range, greedy ids equal wherever the top two differ by
-    more than that."""
+    step, which moves logits by ~1 % of their range (and the K/V written then, so later forwards
+    differ a little too). So: at least half the forwards equal to float32 rounding, none further
+    than 5 % of the logits' range, greedy ids equal wherever the top two differ by more than that."""
     exact = 0
     for a, b in outs:
         assert a.shape == b.shape and b.dtype == torch.float32
         exact += torch.allclose(a, b, atol=2e-4, rtol=1e-4)
-        tol = 0.1 * float(a.abs().max())
+        tol = 0.05 * float(a.abs().max())
         assert float((a - b).abs().max()) <= tol
         top2 = a.topk(2, -1).values
         clear = (top2[:, 0] - top2[:, 1]) > tol
         assert torch.equal(a.argmax(-1)[clear], b.argmax(-1)[clear])
-    assert exact >= 0.75 * len(outs), f"{exact} of {len(outs)} forwards equal"
+    assert exact >= 0.5 * len(outs), f"{exact} of {len(outs)} forwards equal"
 
 
 @pytest.mark.parametrize("storage", list(STORAGE))
@@ -282,3 +282,32 @@ def test_greedy_draft_in_one_call(lib, restricted):
         assert got.greedy(feed, k) == want and got.ids == ref.ids
     with pytest.raises(ValueError, match="exceeds"):
         got.greedy([1], 128)
+
+
+def test_int4_products_and_step(lib, any_lib):
+    """int4 (group 32, w = (q - zero)·scale): the native kernel equals the dequantized weights
+    times the 7-bit dynamic activations it quantizes to (torch's quantize_per_tensor_dynamic with
+    reduce_range: the same scheme), to float32 rounding; a model with int4 MLPs steps as the torch
+    forward does through the same kernel."""
+    bw, g = any_lib.nstep_block_width(), torch.Generator().manual_seed(0)
+    for N, K in ((64, 64), (100, 96), (33, 256)):
+        w = torch.randn(N, K, generator=g)
+        packed, scale, zero = kq.quantize_int4(w, 32)
+        q = torch.stack([packed & 15, packed >> 4], -1).view(N, K)
+        pk = native.Packed("int4", bw, q=q.numpy(), scale=scale.numpy(), zero=zero.numpy())
+        for T in (1, 2, 3, 9):
+            x = torch.randn(T, K, generator=g)
+            xd = torch.quantize_per_tensor_dynamic(x, torch.quint8, True).dequantize()
+            wd = kq.dequant_int4(packed, scale, zero, 32)
+            ref, mag = xd @ wd.T, (xd.abs() @ wd.abs().T).max()  # float32 rounding scales with Σ|x·w|
+            y = np.empty((T, N), np.float32)
+            any_lib.nstep_matmul(ctypes.byref(pk.mat), x.numpy().ctypes.data, T, y.ctypes.data, 1)
+            assert (torch.from_numpy(y) - ref).abs().max() <= 2e-6 * mag, (N, K, T)
+    wq = LlamaWeights.from_hf(family_model("qwen2", hidden=64, seed=1))
+    quantize_weights(wq, "mlp=int4")
+    ref, got = LlamaRunner(wq, 128), NativeRunner(wq, any_lib, 128)
+    ids = torch.randint(0, 256, (60,), generator=torch.Generator().manual_seed(1)).tolist()
+    outs = [(ref.forward(ids[:40]), got.forward(ids[:40]))]
+    outs += [(ref.forward(ids[40 + i:41 + i]), got.forward(ids[40 + i:41 + i])) for i in range(5)]
+    outs.append((ref.forward(ids[45:54]), got.forward(ids[45:54])))
+    close_int8(outs)

@@ -36,7 +36,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .quant import Fp16Weight, Int8Weight
+from .quant import Fp16Weight, Int4Weight, Int8Weight
 from .runner import LlamaRunner, LlamaWeights
 
 _BLAS_LIMITED = False
@@ -54,7 +54,9 @@ def _one_blas_thread() -> None:
 def _kernel_ok(m, native: bool) -> bool:
     if isinstance(m, torch.Tensor):
         return m.dtype == torch.float32
-    return isinstance(m, (Fp16Weight, Int8Weight)) and (m._packed is not None or native and m.native is not None)
+    if native and isinstance(m, (Fp16Weight, Int8Weight, Int4Weight)) and m.native is not None:
+        return True
+    return isinstance(m, (Fp16Weight, Int8Weight)) and m._packed is not None
 
 
 def eligible(w, native: bool = False) -> bool:

@@ -9,7 +9,7 @@ Groups: embed (token embedding), attn (q/k/v/o), mlp (gate/up/down), head (LM he
   dynamic-int8 scheme (int8 activations × int8 weights) through the native step's kernels
   (native_runner.py; fbgemm's own where they are unavailable), on CUDA the Triton weight-only
   kernel in kernels/quant.py. int4 = group-32 asymmetric, packed two per byte; CUDA: Triton kernel,
-  CPU: dequantized per call (memory-lean, slow — no fast int4 GEMV on AVX2).
+  CPU: the native step's int4 kernel (Int4Weight), else dequantized per call.
 
 A quantized weight `w` works wherever the runner writes `x @ w.T`: `w.T` is an object whose
 `__rmatmul__` applies the quantized matmul, so runner code (and the batcher) stays unchanged.
@@ -138,19 +138,30 @@ def native_matmul(p, x: torch.Tensor) -> torch.Tensor:
 
 
 class Int4Weight:
+    """CPU: the native step's int4 kernel (nibbles unpacked in registers, integer dot products
+    against the same 7-bit dynamic activations as int8), else dequantized per call."""
     GROUP = 32
 
     def __init__(self, w: torch.Tensor):
         self.shape, self.dtype = w.shape, w.dtype
         self.packed, self.scale, self.zero = kq.quantize_int4(w, self.GROUP)
         self.T = _T(self)
+        self.native = None
+        if not w.is_cuda:
+            q = torch.stack([self.packed & 0xF, self.packed >> 4], -1).view(w.shape[0], -1)
+            self.native = native_pack("int4", q=q.numpy(), scale=self.scale.numpy(), zero=self.zero.numpy())
+            if self.native is not None:
+                self.packed = self.scale = self.zero = None  # one copy
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        if self.native is not None:
+            return native_matmul(self.native, x)
         x2 = x.reshape(-1, x.shape[-1])
         return kq.int4_matmul(x2, self.packed, self.scale, self.zero, self.GROUP).reshape(*x.shape[:-1], -1)
 
     def nbytes(self) -> int:
-        return self.packed.numel() + 8 * self.scale.numel()
+        N, K = self.shape
+        return N * K // 2 + 8 * N * (K // self.GROUP)
 
 
 def _q(w: torch.Tensor, prec: str):

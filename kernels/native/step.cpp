@@ -32,6 +32,7 @@ static inline V vzero() { return _mm512_setzero_ps(); }
 static inline V vfma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
 static inline V vadd(V a, V b) { return _mm512_add_ps(a, b); }
 static inline V vmul(V a, V b) { return _mm512_mul_ps(a, b); }
+static inline V vsub(V a, V b) { return _mm512_sub_ps(a, b); }
 static inline void vstore(float* p, V v) { _mm512_storeu_ps(p, v); }
 static inline VI viload(const void* p) { return _mm512_loadu_si512(p); }
 static inline VI viset1(int32_t x) { return _mm512_set1_epi32(x); }
@@ -48,6 +49,9 @@ static inline VI visub(VI a, VI b) { return _mm512_sub_epi32(a, b); }
 static inline VI vimul(VI a, VI b) { return _mm512_mullo_epi32(a, b); }
 static inline void vistore(int32_t* p, VI v) { _mm512_storeu_si512(p, v); }
 static inline VI viloadi(const int32_t* p) { return _mm512_loadu_si512(p); }
+static inline VI vnib_lo(VI v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0F)); }
+static inline VI vnib_hi(VI v) { return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F)); }
+static inline V vfnma(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
 static inline float vsum(V v) { return _mm512_reduce_add_ps(v); }
 static inline V vloadm(const float* p, int n) { return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p); }
 static inline V vmin(V a, V b) { return _mm512_min_ps(a, b); }
@@ -72,6 +76,7 @@ static inline V vzero() { return _mm256_setzero_ps(); }
 static inline V vfma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
 static inline V vadd(V a, V b) { return _mm256_add_ps(a, b); }
 static inline V vmul(V a, V b) { return _mm256_mul_ps(a, b); }
+static inline V vsub(V a, V b) { return _mm256_sub_ps(a, b); }
 static inline void vstore(float* p, V v) { _mm256_storeu_ps(p, v); }
 static inline VI viload(const void* p) { return _mm256_loadu_si256((const __m256i*)p); }
 static inline VI viset1(int32_t x) { return _mm256_set1_epi32(x); }
@@ -84,6 +89,9 @@ static inline VI visub(VI a, VI b) { return _mm256_sub_epi32(a, b); }
 static inline VI vimul(VI a, VI b) { return _mm256_mullo_epi32(a, b); }
 static inline void vistore(int32_t* p, VI v) { _mm256_storeu_si256((__m256i*)p, v); }
 static inline VI viloadi(const int32_t* p) { return _mm256_loadu_si256((const __m256i*)p); }
+static inline VI vnib_lo(VI v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
+static inline VI vnib_hi(VI v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F)); }
+static inline V vfnma(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
 static inline float vsum(V v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -117,21 +125,25 @@ static inline void vstorem(float* p, V v, int n) { _mm256_maskstore_ps(p, vmask(
 
 constexpr int NV = 4, BW = NV * VW;  // output columns per weight block: 64 (AVX-512) or 32 (AVX2)
 #if defined(__AVX512F__)
-constexpr int TRF = 6, TRI = 6;  // rows per register tile (accumulators: TR·NV of 32 registers)
+constexpr int TRF = 6, TRI = 6, TR4 = 2;  // rows per register tile (accumulators: TR·NV of 32 registers)
 #else
-constexpr int TRF = 2, TRI = 2;  // 16 registers
+constexpr int TRF = 2, TRI = 2, TR4 = 1;  // 16 registers
 #endif
 
 extern "C" {
 
 // One weight matrix, y = x @ W^T with W [N, K]; layouts in the header comment.
 struct Mat {
-  int32_t kind;  // 0 f32, 1 f16, 2 int8
+  int32_t kind;  // 0 f32, 1 f16, 2 int8, 3 int4
   int32_t N, K, Kp;  // Kp: K rounded up to 4 (int8)
   const void* w;
-  const float* scale;     // int8: per output channel [Np]
+  const float* scale;     // int8: per output channel [Np]; int4: Σ_g s·Σq per channel [Np]
   const int32_t* colsum;  // int8: Σ_k W[n, k] [Np]
   const float* bias;      // [N] or null
+  const float* gs;        // int4: group scales s [N/BW][K/G][BW]
+  const float* gsz;       // int4: s·z per group, same layout
+  const float* szsum;     // int4: Σ_g s·z per channel [Np]
+  int32_t G;              // int4: group size (a multiple of 8)
 };
 
 struct Layer {
@@ -286,6 +298,7 @@ static inline void put(float* y, int ldy, int n0, int N, const float* tile, int 
 
 struct Scratch {
   std::vector<uint8_t> xq;
+  std::vector<int32_t> gsum;  // int4: Σ xq per row and group
 };
 
 template <bool H>
@@ -337,6 +350,79 @@ static void rows_i8(const uint8_t* xq, int T, const Mat& m, int nb, int32_t zp, 
         VI a = visub(viloadi(acc + t * BW + j * VW), vimul(zpv, cs));
         vstore(tile + t * BW + j * VW, vmul(vcvt(a), mult));
       }
+    }
+    put(y + (size_t)t * ldy, ldy, n0, m.N, tile, r, m.bias, add);
+    t += r;
+  }
+}
+
+// int4 weights (group G, w = (q - z)·s, q in 0..15) against the same uint8 activations: per group
+// the integer dot I = Σ xq·q (nibbles unpacked in registers: byte i of a column holds k = 8j + i
+// low and 8j + 4 + i high), then Σ_g (s·I - s·z·A_g) with A_g = Σ_{k in g} xq; the zero points'
+// remaining terms are the epilogue's (rows_i4).
+template <int TR>
+static inline void tile_i4(const uint8_t* xq, int ldx, const int32_t* A, int lda, const Mat& m, int nb, float* out) {
+  const int G = m.G, ngroups = m.K / G;
+  const uint8_t* wb = (const uint8_t*)m.w + (size_t)nb * m.K * BW / 2;
+  const float* gs = m.gs + (size_t)nb * ngroups * BW;
+  const float* gsz = m.gsz + (size_t)nb * ngroups * BW;
+  V acc[TR][NV];
+  for (int t = 0; t < TR; t++)
+    #pragma GCC unroll 16
+    for (int c = 0; c < NV; c++) acc[t][c] = vzero();
+  for (int g = 0; g < ngroups; g++) {
+    VI ai[TR][NV];
+    for (int t = 0; t < TR; t++)
+      #pragma GCC unroll 16
+      for (int c = 0; c < NV; c++) ai[t][c] = vizero();
+    const uint8_t* wg = wb + (size_t)g * G * BW / 2;
+    for (int j = 0; j < G / 8; j++) {
+      VI lo[NV], hi[NV];
+      #pragma GCC unroll 16
+      for (int c = 0; c < NV; c++) {
+        VI v = viload(wg + ((size_t)j * BW + c * VW) * 4);
+        lo[c] = vnib_lo(v);
+        hi[c] = vnib_hi(v);
+      }
+      for (int t = 0; t < TR; t++) {
+        int32_t x0, x1;
+        memcpy(&x0, xq + (size_t)t * ldx + g * G + 8 * j, 4);
+        memcpy(&x1, xq + (size_t)t * ldx + g * G + 8 * j + 4, 4);
+        VI b0 = viset1(x0), b1 = viset1(x1);
+        #pragma GCC unroll 16
+        for (int c = 0; c < NV; c++) ai[t][c] = vdot4(vdot4(ai[t][c], b0, lo[c]), b1, hi[c]);
+      }
+    }
+    #pragma GCC unroll 16
+    for (int c = 0; c < NV; c++) {
+      V s = vload(gs + (size_t)g * BW + c * VW), sz = vload(gsz + (size_t)g * BW + c * VW);
+      for (int t = 0; t < TR; t++)
+        acc[t][c] = vfnma(sz, vset1((float)A[(size_t)t * lda + g]), vfma(s, vcvt(ai[t][c]), acc[t][c]));
+    }
+  }
+  for (int t = 0; t < TR; t++)
+    #pragma GCC unroll 16
+    for (int c = 0; c < NV; c++) vstore(out + t * BW + c * VW, acc[t][c]);
+}
+
+// y = xs·(Σ_g (s·I - s·z·A_g) - zp·Σ_g s·Σq + G·zp·Σ_g s·z), from x = xs·(xq - zp), w = (q - z)·s.
+static void rows_i4(const uint8_t* xq, const int32_t* A, int T, const Mat& m, int nb, int32_t zp, float xs, float* y,
+                    int ldy, bool add) {
+  alignas(64) float tile[TR4 * BW];
+  const int n0 = nb * BW, ngroups = m.K / m.G;
+  for (int t = 0; t < T;) {
+    int r = std::min(T - t, (int)TR4);
+    const uint8_t* xr = xq + (size_t)t * m.Kp;
+    const int32_t* ar = A + (size_t)t * ngroups;
+    if (r == 1) tile_i4<1>(xr, m.Kp, ar, ngroups, m, nb, tile);
+#if defined(__AVX512F__)
+    else tile_i4<2>(xr, m.Kp, ar, ngroups, m, nb, tile);
+#endif
+    for (int c = 0; c < NV; c++) {
+      V corr = vsub(vmul(vset1((float)(m.G * zp)), vload(m.szsum + n0 + c * VW)),
+                    vmul(vset1((float)zp), vload(m.scale + n0 + c * VW)));
+      for (int i = 0; i < r; i++)
+        vstore(tile + i * BW + c * VW, vmul(vset1(xs), vadd(vload(tile + i * BW + c * VW), corr)));
     }
     put(y + (size_t)t * ldy, ldy, n0, m.N, tile, r, m.bias, add);
     t += r;
@@ -398,7 +484,24 @@ static void quantize_rows(const float* x, int ldx, int T, int K, int Kp, uint8_t
 // y = x @ W^T (+ bias), or y += that when `add` (a residual).
 static void matmul(const Mat& m, const float* x, int ldx, int T, float* y, int ldy, bool add, int nt, Scratch& s) {
   const int nblocks = (m.N + BW - 1) / BW;
-  if (m.kind == 2) {
+  if (m.kind == 3) {
+    const int ngroups = m.K / m.G;
+    if (s.xq.size() < (size_t)T * m.Kp) s.xq.resize((size_t)T * m.Kp);
+    if (s.gsum.size() < (size_t)T * ngroups) s.gsum.resize((size_t)T * ngroups);
+    int32_t zp;
+    float xs;
+    quantize_rows(x, ldx, T, m.K, m.Kp, s.xq.data(), &zp, &xs);
+    for (int t = 0; t < T; t++)
+      for (int g = 0; g < ngroups; g++) {
+        int32_t a = 0;
+        for (int k = 0; k < m.G; k++) a += s.xq[(size_t)t * m.Kp + g * m.G + k];
+        s.gsum[(size_t)t * ngroups + g] = a;
+      }
+    const uint8_t* xq = s.xq.data();
+    const int32_t* A = s.gsum.data();
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int nb = 0; nb < nblocks; nb++) rows_i4(xq, A, T, m, nb, zp, xs, y, ldy, add);
+  } else if (m.kind == 2) {
     if (s.xq.size() < (size_t)T * m.Kp) s.xq.resize((size_t)T * m.Kp);
     int32_t zp;
     float xs;
