@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import platform
 import statistics
 import time
@@ -77,9 +78,12 @@ def main() -> int:
         raise SystemExit(f"the native step is unavailable here: {isa}")
     # the engine's pair: no target = the embedded one, whose draft's head the engine restricts
     pair = Engine(EngineConfig(target=a.target, quant=a.quant, device="cpu")).pair
+    os.environ["COMPLETER_NATIVE"] = "0"  # the same model packed for the NumPy step (fbgemm)
+    np_pair = Engine(EngineConfig(target=a.target, quant=a.quant, device="cpu")).pair
+    del os.environ["COMPLETER_NATIVE"]
     n = PROMPT + 64
     native = {t: NativeRunner(pair.target, lib, n, t) for t in (1, 2)}
-    numpy = {t: NumpyRunner(pair.target, n, t) for t in (1, 2)}
+    numpy = {t: NumpyRunner(np_pair.target, n, t) for t in (1, 2)}
     for r in (*native.values(), *numpy.values()):
         r.forward(list(range(10, 10 + PROMPT)))
     if a.loop:
@@ -112,6 +116,7 @@ def main() -> int:
     print(f"forward of T new tokens (a verify of T-1 drafts), 1 thread (torch: {torch.get_num_threads()}), median ms; "
           "v = forward(T) / forward(1)")
     nat, nump = native[1], numpy[1]
+    # torch: the prefill path (torch glue around the same native products)
     fwd = {"native": nat.forward, "numpy": nump.forward, "torch": lambda ids: LlamaRunner.forward(nat, ids)}
     times: dict = {}
     for _ in range(a.reps):
@@ -128,7 +133,7 @@ def main() -> int:
         print(f"  {T:3d} " + " ".join(f"{med[(T, n)]:9.3f} {med[(T, n)] / med[(1, n)]:5.2f}" for n in fwd))
 
     if pair.draft is not None:
-        d_nat, d_np = NativeRunner(pair.draft, lib, n, 1), NumpyRunner(pair.draft, n, 1)
+        d_nat, d_np = NativeRunner(pair.draft, lib, n, 1), NumpyRunner(np_pair.draft, n, 1)
         for r in (d_nat, d_np):
             r.forward(list(range(10, 10 + PROMPT)))
         d = _step_ms({"native": d_nat, "numpy": d_np}, a.reps)
