@@ -70,11 +70,6 @@ class Model(ctypes.Structure):
                 ("norm", ctypes.c_void_p), ("layers", ctypes.POINTER(Layer)), ("head", Mat)]
 
 
-class Seq(ctypes.Structure):
-    _fields_ = [("kc", ctypes.c_void_p), ("vc", ctypes.c_void_p), ("rot", ctypes.c_void_p), ("P", ctypes.c_int32),
-                ("T", ctypes.c_int32), ("p", ctypes.c_int32)]
-
-
 def _compiler() -> str | None:
     return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
 
@@ -126,8 +121,6 @@ def _load(cache: Path, flags: set[str]) -> tuple[ctypes.CDLL | None, str]:
     lib.nstep_forward.argtypes = [ctypes.POINTER(Model), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
                                   ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
                                   ctypes.c_int]
-    lib.nstep_forward_many.argtypes = [ctypes.POINTER(Model), ctypes.POINTER(Seq), ctypes.c_int, ctypes.c_void_p,
-                                       ctypes.c_void_p, ctypes.c_int]
     lib.nstep_greedy.argtypes = [*lib.nstep_forward.argtypes[:8], ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                                  ctypes.c_int]
     lib.nstep_matmul.argtypes = [ctypes.POINTER(Mat), ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]

@@ -17,7 +17,7 @@ from test_np_runner import STORAGE
 
 from completer.engine import native_runner
 from completer.engine.drafters import AdaptiveK, ModelDrafter
-from completer.engine.native_runner import NativeRunner, cache_dir, forward_native_many, library
+from completer.engine.native_runner import NativeRunner, cache_dir, library
 from completer.engine.np_runner import NumpyRunner
 from completer.engine.quant import Fp16Weight, Int8Weight, quantize_weights
 from completer.engine.runner import LlamaRunner, LlamaWeights, forward_many
@@ -130,31 +130,6 @@ def test_greedy_ids_plain_and_speculative(lib, case, storage):
                 outs.append(generate(target, prompt, 40, Sampling(), d, kk)[0])
             assert type(target) is NativeRunner and type(draft) is NativeRunner
             assert outs[0] == outs[1], (case, storage, trial, k)
-
-
-@pytest.mark.parametrize("storage", ["fp32", "fp16", "int8"])
-@pytest.mark.parametrize("case", ["mistral", "qwen3"])
-def test_native_batched_step_equals_torch_batched(lib, case, storage):
-    """forward_native_many (batch.py's step for NativeRunners: one call, products over every
-    member's rows) gives forward_many's logits (torch, the same batch) for members at different
-    depths (past Mistral's window) and widths, and leaves each cache as its own steps would."""
-    w = weights(case, storage)
-    ids = torch.randint(0, 256, (90,), generator=torch.Generator().manual_seed(4)).tolist()
-    ref = [LlamaRunner(w, 128) for _ in range(3)]
-    got = [NativeRunner(w, lib, 128) for _ in range(3)]
-    for rs in (ref, got):
-        for r, n in zip(rs, (5, 20, 40)):
-            r.forward(ids[:n])
-    outs = []
-    for feeds in ([ids[60:61], ids[61:70], ids[70:73]], [ids[80:81], ids[81:82], ids[82:83]]):
-        outs += zip(forward_many(ref, feeds), forward_native_many(got, feeds))
-    assert [r.ids for r in ref] == [r.ids for r in got]
-    outs += [(a.forward(ids[85:87]), b.forward(ids[85:87])) for a, b in zip(ref, got)]
-    if storage == "int8":  # one activation scale over the batch's rows, as fbgemm's
-        close_int8(outs)
-    else:
-        for a, b in outs:
-            close(a, b)
 
 
 def test_batched_steps_stay_exact(lib):
@@ -311,3 +286,36 @@ def test_int4_products_and_step(lib, any_lib):
     outs += [(ref.forward(ids[40 + i:41 + i]), got.forward(ids[40 + i:41 + i])) for i in range(5)]
     outs.append((ref.forward(ids[45:54]), got.forward(ids[45:54])))
     close_int8(outs)
+
+
+def test_generations_step_side_by_side(lib):
+    """Through the step batcher, NativeRunners are not batched but step concurrently (the native
+    call releases the GIL; its scratch is per thread): each sequence still gets its own logits."""
+    import threading
+
+    from completer.engine.batch import StepBatcher, Via
+
+    w = weights("qwen3", "fp16")
+    ids = torch.randint(0, 256, (80,), generator=torch.Generator().manual_seed(7)).tolist()
+    feeds = [[ids[i:i + 30]] + [ids[i + 30 + j:i + 31 + j] for j in range(20)] + [ids[i + 50:i + 59]]
+             for i in range(0, 12, 3)]
+    want = []
+    for f in feeds:
+        r = LlamaRunner(w, 128)
+        want.append([r.forward(x) for x in f])
+    batcher, got = StepBatcher(max_batch=4), [None] * len(feeds)
+    batcher.set_active(len(feeds))
+
+    def run(i: int) -> None:
+        v = Via(NativeRunner(w, lib, 128), batcher)
+        got[i] = [v.forward(x) for x in feeds[i]]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(feeds))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert batcher.batched_calls == 0
+    for a, b in zip(want, got):
+        for x, y in zip(a, b):
+            close(x, y)

@@ -4,8 +4,9 @@ same time are collected by `StepBatcher` and run as one step.
 For `LlamaRunner`s sharing weights, `forward_many` (runner.py) concatenates the requests' new tokens
 so the linear layers run once on [ΣT, D] (the weight read is paid once per step instead of once per
 request), while rotary embedding, the K/V write and attention stay per sequence over each runner's
-own cache; `NativeRunner`s do the same in one native call (`forward_native_many`). Other runners
-(HF) are stepped one after another inside the same step.
+own cache. Other runners (HF) are stepped one after another inside the same step.
+`NativeRunner`s' short forwards skip the barrier: each generation steps on its own thread, side
+by side (StepBatcher.forward).
 
 A batched step runs at the pace of its widest member, so under load the live generations share a
 per-step token budget: `max_draft_now()` caps each one's draft length (read by the speculative
@@ -18,7 +19,7 @@ import time
 
 import torch
 
-from .native_runner import NativeRunner, forward_native_many
+from .native_runner import NativeRunner
 from .runner import LlamaRunner, forward_many
 
 
@@ -40,10 +41,7 @@ def _run_calls(calls: list[_Call]) -> None:
             if len(group) == 1:
                 group[0].out = group[0].runner.forward(group[0].ids)
             else:
-                rs, feeds = [c.runner for c in group], [c.ids for c in group]
-                native = all(type(r) is NativeRunner and r.lib is rs[0].lib for r in rs) and \
-                    max(map(len, feeds)) <= NativeRunner.SHORT
-                outs = (forward_native_many if native else forward_many)(rs, feeds)
+                outs = forward_many([c.runner for c in group], [c.ids for c in group])
                 for c, o in zip(group, outs):
                     c.out = o
         except Exception as e:  # noqa: BLE001 - delivered to each caller's own thread
@@ -87,6 +85,11 @@ class StepBatcher:
         return max(self.step_tokens // n - 1, 1)
 
     def forward(self, runner, ids: list[int]) -> torch.Tensor:
+        if type(runner) is NativeRunner and len(ids) <= NativeRunner.SHORT:
+            # no barrier: the native step holds no GIL and no shared state (its scratch is per
+            # thread), so generations step side by side, one core each, rather than taking turns
+            # in one batched call (bench/concurrency.py: batching lost 3-12 % of requests/s)
+            return runner.forward(ids)
         call = _Call(runner, ids)
         with self.cond:
             self.pending.append(call)

@@ -165,23 +165,3 @@ class NativeRunner(LlamaRunner):
         self.ids.extend(new_ids)
         return torch.from_numpy(out)
 
-
-def forward_native_many(runners: list[NativeRunner], feeds: list[list[int]]) -> list[torch.Tensor]:
-    """Step NativeRunners of one model together (batch.py): one native call whose products run
-    over every feed's rows at once (one weight read per step), attention per runner over its own
-    cache. Each feed ≤ SHORT tokens; the logits equal forward_many's (torch) up to float32 order."""
-    r0 = runners[0]
-    ids = np.concatenate([r._check(f) for r, f in zip(runners, feeds)])
-    seqs = (native.Seq * len(runners))(*(native.Seq(r.k.data_ptr(), r.v.data_ptr(), r._rot.data_ptr(), r.max_len,
-                                                      len(f), len(r.ids)) for r, f in zip(runners, feeds)))
-    out = np.empty((len(ids), r0._out_cols), np.float32)
-    if r0.lib.nstep_forward_many(r0._model, seqs, len(runners), ids.ctypes.data, out.ctypes.data, r0.threads):
-        raise RuntimeError("the native step refused a batched forward")
-    logits, at = torch.from_numpy(out), 0
-    outs = []
-    for r, f in zip(runners, feeds):
-        r.ids.extend(f)
-        outs.append(logits[at:at + len(f)])
-        at += len(f)
-    return outs
-
