@@ -87,9 +87,9 @@ class Int8Weight:
 
 
 class Fp16Weight:
-    """Half-width storage, fp32 arithmetic. CPU: fbgemm's fp16 GEMM (weights widened in
-    registers, fp32 accumulate), whose cost barely grows from 1 to 8 rows, where MKL's fp32
-    GEMM costs 2-3x more for a 7-token verify than for one token. Exact for weights that came
+    """Half-width storage, fp32 arithmetic (weights widened in registers, fp32 accumulate). CPU:
+    the native step's kernels (fbgemm's fp16 GEMM without them; both read the weights once for
+    up to 6-8 rows, where MKL's fp32 GEMM cost 2-3x more for a 7-token verify). Exact for weights that came
     from an fp16 checkpoint; from bf16, values under fp16's normal range (|w| < 6.1e-5) keep
     fewer bits (logits move by ~1e-6, the size of fp32 summation-order noise)."""
 

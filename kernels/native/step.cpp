@@ -659,8 +659,10 @@ struct Seq {
 };
 
 // Append each sequence's tokens (ids: theirs one after another) and write their logits [ΣT, V]
-// (over the model's head rows). The products run once over all ΣT rows (one weight read for the
-// whole batch); RoPE, the K/V write and attention run per sequence over its own cache.
+// (over the model's head rows). The products run once over all ΣT rows (one weight read for
+// them all); RoPE, the K/V write and attention run per sequence over its own cache. The engine
+// steps one sequence per call (nstep_forward): batched native steps measured no faster than
+// side-by-side ones on 2 cores (README, bench/concurrency.py).
 int nstep_forward_many(const Model* mp, const Seq* seqs, int n, const int64_t* ids, float* logits, int nt) {
   const Model& m = *mp;
   int S = 0;
