@@ -15,7 +15,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from completer.edits.formats import HistoryItem, own_prompt
+from .edit_format import HistoryItem, own_prompt
 
 KINDS = ("rename_local", "rename_attr", "rename_call", "literal", "add_arg", "remove_arg")
 # training mix: renames dominate (what users do most and what the bench's goal names)

@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 
-from completer.edits.formats import HistoryItem, changed_lines, own_history, own_prompt
 from draft_models.edit_data import KINDS, make_task, sample_ids
+from draft_models.edit_format import HistoryItem, changed_lines, own_history, own_prompt
 
 SOURCE = '''\
 import os

@@ -1,8 +1,9 @@
 """Next-edit prompt formats (a table, like completer/fim.py's FIM table): how the edit history
 and the editable region are written for a model, and how its answer is read back.
 
-The embedded pair's own format ("completer") reuses its FIM tokens, as it was fine-tuned on
-(draft_models/edit_data.py renders training samples with this same function):
+The embedded pair's own format ("completer") reuses its FIM tokens. It is defined by the pair's
+recipe (draft_models/edit_format.py: what the fine-tune renders its samples with) and used here
+as it is:
 
     <fim_prefix>{history}<fim_suffix>{region}<fim_middle>{the region rewritten}<|endoftext|>
 
@@ -22,7 +23,7 @@ last edit), `current/{path}` and an open `updated/{path}` the model writes). `de
 the embedded pair (its FIM format) gets its own, a model named zeta or sweep gets that one, a
 Qwen-style tokenizer (`<|file_sep|>`) Sweep's, anything else Zeta's (plain text: any model reads it).
 
-Torch-free: the language server and the training recipe import it.
+Torch-free: the language server imports it.
 """
 from __future__ import annotations
 
@@ -30,44 +31,7 @@ import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class HistoryItem:
-    """One edit event as whole lines: `old` → `new` in the file at `path` (text, newline-ended)."""
-    path: str
-    old: str
-    new: str
-
-
-@dataclass(frozen=True)
-class Piece:
-    text: str
-    special: bool = False  # a special token spelled `text` (never read from a document)
-
-
-def changed_lines(old: str, new: str) -> str:
-    """`-old` / `+new` lines of what changed between two texts (no context, no headers)."""
-    out = []
-    a, b = old.splitlines(), new.splitlines()
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if tag == "equal":
-            continue
-        out += ["-" + ln for ln in a[i1:i2]] + ["+" + ln for ln in b[j1:j2]]
-    return "".join(ln + "\n" for ln in out)
-
-
-def own_history(history: Sequence[HistoryItem], path: str) -> str:
-    parts = []
-    for h in history:
-        body = changed_lines(h.old, h.new)
-        if body:
-            parts.append(("" if h.path == path else f"# {h.path}\n") + body)
-    return "".join(parts)
-
-
-def own_prompt(history: Sequence[HistoryItem], path: str, region: str) -> list[Piece]:
-    return [Piece("<fim_prefix>", True), Piece(own_history(history, path)),
-            Piece("<fim_suffix>", True), Piece(region), Piece("<fim_middle>", True)]
+from draft_models.edit_format import HistoryItem, Piece, own_prompt
 
 
 @dataclass(frozen=True)
