@@ -160,9 +160,12 @@ class AdaptiveK:
     times 0.85 (a run of accepted tokens tends to go on), so longer drafts get explored once
     shorter ones keep being accepted."""
 
+    PROBE_STEPS = 16  # with k_min = 0: steps without a draft before one token is tried again
+
     def __init__(self, k: int, k_min: int = 1, k_max: int = 8, c: float = 0.06, beta: float = 0.1,
                  decay: float = 0.95, verify: list[float] | None = None):
         self.k, self.k_min, self.k_max = k, k_min, k_max
+        self.idle = 0  # steps since k fell to 0
         self.c, self.beta, self.decay = c, beta, decay
         self.verify = verify if verify and len(verify) > k_max else [1 + beta * i for i in range(k_max + 1)]
         self.prop = [0.0] * k_max  # decayed counts per position: proposed, accepted
@@ -191,6 +194,10 @@ class AdaptiveK:
 
     def update(self, proposed: int, accepted: int) -> None:
         if proposed == 0:
+            if self.k == 0:  # k_min = 0 (no draft pays): one token now and then, so that it can come back
+                self.idle += 1
+                if self.idle >= self.PROBE_STEPS:
+                    self.k, self.idle = 1, 0
             return
         d = self.decay
         for i in range(self.k_max):  # every position's evidence fades, so a k that stopped
@@ -210,7 +217,9 @@ class EditDrafter:
     proposes original[p:p + k], up to its own `k`. While the output copies, nearly every draft
     is accepted, so `k` is far past max_draft_len's bound: generate() takes it from the AdaptiveK
     its caller passes (`adaptive_k()`), so the bound is per call and the default path keeps its
-    own. After a divergence the last generated tokens re-align it. No match: nothing.
+    own. After a divergence the last two or more generated tokens re-align it; one token only
+    for the answer's first, at the region's start (else an answer that copies nothing keeps
+    paying for verifies: 0.8× plain on the embedded pair, which never copies). No match: nothing.
 
     k = 32: on the embedded pair (AMD EPYC, 2 shared cores; bench/edit_drafter.py --new 192),
     verify(k) after a 64-token context = 1.7 / 2.6 / 3.2 / 4.7 × verify(0) for k = 8 / 16 / 32 /
@@ -228,9 +237,10 @@ class EditDrafter:
         self._rejected: set[int] = set()  # original positions whose draft token the target rejected
 
     def adaptive_k(self, **kw) -> AdaptiveK:
-        """The draft length for generate(): starts at this drafter's k and may go back up to it;
-        a lookup costs no draft step (c = 0)."""
-        return AdaptiveK(self.k, 1, self.k, **{"c": 0.0, **kw})
+        """The draft length for generate(): starts at this drafter's k and may go back up to it,
+        or down to 0 when no draft pays (an answer that does not copy its region; a one-token
+        draft is retried every PROBE_STEPS); a lookup costs no draft step (c = 0)."""
+        return AdaptiveK(self.k, 0, self.k, **{"c": 0.0, **kw})
 
     def propose(self, seq: list[int], k: int) -> Proposal:
         if self._start is None:
@@ -248,13 +258,19 @@ class EditDrafter:
         expect = p0 + len(got)
         for n in range(min(self.max_n, len(seq) - self._start), 0, -1):
             ends = self._ends.get(tuple(seq[-n:]))
+            if ends and n == 1 and (expect not in ends or len(seq) - self._start > 1):
+                break  # one token is chance (an answer that copies nothing shares "(" or "self" with any
+                # region, here or elsewhere): its drafts only cost verifies. Only the answer's first
+                # token, where the region starts, is taken on its own
             if ends:
                 # among matches of one n: one with tokens after it, then one whose draft does not run
                 # into a rejected token (in a run x x x … y, re-proposing y after each extra x
                 # gains one token per forward), then the nearest to the expected position
                 p = min(ends, key=lambda e: (e == len(self.original),
                                              any(e <= q < e + k for q in self._rejected), abs(e - expect)))
-                ids = self.original[p:p + k]
+                # re-aligned elsewhere on n tokens: 2^n at most (a chance match of a common pair,
+                # "self.", would otherwise cost a verify of k rows: 33 rows = 5.5 steps natively)
+                ids = self.original[p:p + (k if p == expect else min(k, 2 ** n))]
                 self._last = (len(seq), p, len(ids))
                 return Proposal(ids, None, "edit") if ids else EMPTY
         return EMPTY

@@ -93,6 +93,8 @@ class Engine:
         self._stats_lock = threading.Lock()
         self.step_costs: tuple[float, list[float] | None] = (0.06, None)  # (c, verify costs) for
         # AdaptiveK: defaults until warm_start measures them on this machine
+        self.edit_k: AdaptiveK | None = None  # next edits' draft length, learnt across rewrites (a model
+        # that never copies its region soon stops paying for long verifies)
         self.counters = {"requests": 0, "cache_hits": 0, "tokens_reused": 0, "prefill_tokens": 0,
                          "evictions": 0, "warmups": 0, "warmup_tokens": 0, "warmup_preempted": 0, "generated_tokens": 0,
                          "type_through": 0, "superseded": 0}
@@ -362,13 +364,18 @@ class Engine:
         stop = (lambda ids: any(s in self.decode(ids) for s in texts)) if texts else None
         ids, st, queue_ms = self._generate(prompt, doc_key, max_new, None, stop, cancel, None, None,
                                            sampling=Sampling(0.0),
-                                           draft=(drafter, drafter.adaptive_k() if drafter is not None else None),
+                                           draft=(drafter, self._edit_k(drafter) if drafter is not None else None),
                                            eos=frozenset(eos))
         region = read_answer(f, self.decode(ids))
         st.total_ms = (time.perf_counter() - t0) * 1e3
         self._count(rewrites=1)
         return to_completion(region or "", ids, st, speculative, queue_ms=round(queue_ms, 3), edit_format=f.name,
                              malformed=region is None)
+
+    def _edit_k(self, drafter: EditDrafter) -> AdaptiveK:
+        if self.edit_k is None:
+            self.edit_k = drafter.adaptive_k()
+        return self.edit_k
 
     # -- type-through (records.py; the rule: completer/typethrough.py) -----------------------------
     def _newer_request(self, doc_key: str) -> Record | None:
