@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     dres = run_stage("edits-draft", draft, train, held, dcfg, a.run_dir, log, teacher=target)
     log(f"draft done: {json.dumps(dres)}")
 
+    target.config.completer_next_edit = True  # the engine's "auto" next-edit format asks it (Engine.edits_trained)
     for name, model in (("target", target), ("draft", draft)):
         d = a.out / name
         tmp = a.out / f".{name}.new"

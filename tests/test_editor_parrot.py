@@ -11,6 +11,7 @@ target is fine-tuned for a few seconds:
 The server, its prompt building, speculative loop and post-processing all run unchanged."""
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from pathlib import Path
@@ -123,6 +124,8 @@ def make_edit_parrot_pair(target: Path, draft: Path, out: Path, steps: int = 200
     def sample(eos: int) -> tuple[list[int], int]:
         return (prompt + answer + [eos], len(prompt)) if next(counter) % 4 else fim(eos)
     fine_tune(out / "target", sample, steps, 3e-3, seed)
+    cfg = json.loads((out / "target" / "config.json").read_text())  # taught next edits: "auto" asks it
+    (out / "target" / "config.json").write_text(json.dumps({**cfg, "completer_next_edit": True}))
     return out / "target", out / "draft"
 
 

@@ -291,9 +291,9 @@ def test_rewrite_ids_equal_with_and_without_speculative_edits(engine):
     for line in (9, 4, 18):
         lo, hi = editable_region(CURRENT, line, language="python")
         req = EditPrompt(tuple(HISTORY), "store.py", "".join(CURRENT.splitlines(keepends=True)[lo:hi]))
-        fast = engine.rewrite(req, doc_key="a", speculative=True)
-        plain = engine.rewrite(req, doc_key="b", speculative=False)
-        again = engine.rewrite(req, doc_key="a", speculative=True)  # the document's cache reused
+        fast = engine.rewrite(req, fmt="completer", doc_key="a", speculative=True)
+        plain = engine.rewrite(req, fmt="completer", doc_key="b", speculative=False)
+        again = engine.rewrite(req, fmt="completer", doc_key="a", speculative=True)  # the document's cache reused
         assert fast.token_ids == plain.token_ids == again.token_ids and fast.new_tokens > 0
         assert (fast.speculative, plain.speculative) == (True, False)
         assert plain.accepted_per_forward == 1.0 and fast.target_forwards <= plain.target_forwards
@@ -314,12 +314,26 @@ def test_rewrite_prompt_is_the_fine_tunes_sample(engine):
 def test_rewrite_of_what_does_not_fit_and_a_format_the_tokenizer_lacks(engine):
     from completer.client import EngineError
 
-    got = engine.rewrite(EditPrompt(tuple(HISTORY), "store.py", "x = 1\n" * 600))
+    got = engine.rewrite(EditPrompt(tuple(HISTORY), "store.py", "x = 1\n" * 600), fmt="completer")
     assert (got.text, got.stop_reason, got.new_tokens, got.extra["malformed"]) == ("", "context", 0, True)
-    got = engine.rewrite(EditPrompt(tuple(HISTORY), "store.py", "x = 1\n" * 60), max_new=2000)
+    got = engine.rewrite(EditPrompt(tuple(HISTORY), "store.py", "x = 1\n" * 60), fmt="completer", max_new=2000)
     assert got.prompt_tokens + got.new_tokens < engine.ctx  # bounded by the context, not by max_new
     with pytest.raises(EngineError, match="needs the token"):
         engine.rewrite(EditPrompt(tuple(HISTORY), "store.py", "x\n"), fmt="sweep")
+
+
+def test_auto_does_not_ask_a_pair_never_taught_next_edits(engine):
+    """The shipped pair was not taught next edits (draft_models/MODEL_CARD.md): "auto" answers
+    nothing at once and predict says why; a marked config (what finetune_edits writes) is asked."""
+    req = EditPrompt(tuple(HISTORY), "store.py", "".join(CURRENT.splitlines(keepends=True)[8:12]))
+    got = engine.rewrite(req)
+    assert (got.text, got.new_tokens, got.stop_reason, got.extra["untrained"]) == ("", 0, "untrained", True)
+    assert predict(engine, CURRENT, 9, 4, HISTORY, path="store.py").dropped == "untrained"
+    engine.edits_trained = True
+    try:
+        assert engine.rewrite(req, max_new=4).new_tokens > 0
+    finally:
+        engine.edits_trained = False
 
 
 # -- the CLI ------------------------------------------------------------------------------------
@@ -333,6 +347,8 @@ def test_cli_json_contract(tmp_path):
     old.write_text(SRC)
     new.write_text(CURRENT)
     r = _run(str(new), "--line", "9", "--col", "21", "--before", str(old), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["reason"] == "untrained", r.stderr  # the shipped pair
+    r = _run(str(new), "--line", "9", "--col", "21", "--before", str(old), "--json", "--next-edit-format", "completer")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert {"edits", "new_tokens", "target_forwards", "accepted_per_forward", "total_ms", "speculative"} <= set(out)

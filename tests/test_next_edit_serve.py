@@ -22,6 +22,8 @@ TEXT = BEFORE.replace("def add(name,", "def add(key,")
 
 @pytest.fixture(scope="module")
 def server():
+    """The shipped pair: frames ask it with "format": "completer" although it was never taught
+    next edits (the default "auto" does not ask it): the frames and their numbers, not its answers."""
     p, addr = start_server("--device", "cpu")
     yield addr
     stop_server(p)
@@ -30,7 +32,7 @@ def server():
 async def test_next_edit_frame(server):
     async with connect_ws(server) as ws:
         frame = {"type": "next_edit", "id": 7, "text": TEXT, "line": 0, "col": 11, "before": BEFORE,
-                 "path": "add.py", "language": "python"}
+                 "path": "add.py", "language": "python", "format": "completer"}
         r = await ask(ws, frame)
         assert r["type"] == "next_edit" and r["id"] == 7 and isinstance(r["edits"], list)
         assert {"new_tokens", "target_forwards", "accepted_per_forward", "total_ms", "speculative"} <= set(r["stats"])
@@ -56,7 +58,7 @@ async def test_bad_next_edit_frames_get_error_frames(server, bad, code):
 async def test_a_cancelled_next_edit_answers(server):
     async with connect_ws(server) as ws:
         await ws.send(msgpack.packb({"type": "next_edit", "id": 3, "text": TEXT, "line": 0, "col": 11,
-                                     "before": BEFORE, "path": "add.py"}))
+                                     "before": BEFORE, "path": "add.py", "format": "completer"}))
         await ws.send(msgpack.packb({"type": "cancel", "id": 3}))
         r = msgpack.unpackb(await ws.recv())
         assert r["type"] == "next_edit" and r["id"] == 3 and r["edits"] == [] and r["reason"] == "cancelled"
@@ -75,11 +77,12 @@ async def test_rewrite_frame_and_the_ws_engine(server):
     req = EditPrompt((HistoryItem("add.py", BEFORE.splitlines(keepends=True)[0], TEXT.splitlines(keepends=True)[0]),),
                      "add.py", TEXT, 11)
     remote = connect(f"ws://{server}")
-    got = await asyncio.to_thread(remote.rewrite, req, doc_key="add.py", max_new=40)
-    local = Engine(EngineConfig(device="cpu")).rewrite(req, doc_key="x", max_new=40)
+    got = await asyncio.to_thread(remote.rewrite, req, fmt="completer", doc_key="add.py", max_new=40)
+    local = Engine(EngineConfig(device="cpu")).rewrite(req, fmt="completer", doc_key="x", max_new=40)
     assert (got.text, got.new_tokens, got.stop_reason) == (local.text, local.new_tokens, local.stop_reason)
     assert got.speculative and got.extra["edit_format"] == "completer" and got.extra["malformed"] is False
-    plain = await asyncio.to_thread(remote.rewrite, req, doc_key="add.py", max_new=40, speculative=False)
+    plain = await asyncio.to_thread(remote.rewrite, req, fmt="completer", doc_key="add.py", max_new=40,
+                                    speculative=False)
     assert (plain.text, plain.speculative, plain.accepted_per_forward) == (got.text, False, 1.0)
     async with connect_ws(server) as ws:
         frame = {"type": "rewrite", "id": 1, "doc": "a", "path": "a.py", "region": "x\n", "history": [3]}

@@ -5,7 +5,8 @@ WebSocket service and bench/next_edit.py share this one function.
 
 Dropped (`NextEdit.dropped`, the edits empty): "no_history" (nothing to go on), "binary",
 "too_long" (a cursor line longer than a region holds, or an answer cut by the token limit),
-"cancelled", "malformed" (the answer held no region), "no_change", "undo" (the rewrite turns the
+"cancelled", "untrained" (the model was not taught next edits: the shipped pair; set
+next_edit_format to ask it anyway), "malformed" (the answer held no region), "no_change", "undo" (the rewrite turns the
 user's last edit back: its new text into its old), "syntax" (the file with the edits applied
 parses with more errors than it does now).
 
@@ -129,7 +130,8 @@ def predict(engine: EngineClient, text: str, line: int, col: int, history: Seque
     new = c.text
     if not req.region.endswith("\n") and new.endswith("\n"):  # a region at a file end without a newline
         new = new[:-1]
-    got.dropped = _dropped(c.stop_reason, bool(c.extra.get("malformed")), req.region, new, items[-1], path)
+    got.dropped = ("untrained" if c.extra.get("untrained") else
+                   _dropped(c.stop_reason, bool(c.extra.get("malformed")), req.region, new, items[-1], path))
     if crlf:
         new = lf(new).replace("\n", "\r\n")
     if got.dropped is None and lang is not None and _adds_errors(text, a, b, new, lang):

@@ -93,6 +93,9 @@ class Engine:
         self._stats_lock = threading.Lock()
         self.step_costs: tuple[float, list[float] | None] = (0.06, None)  # (c, verify costs) for
         # AdaptiveK: defaults until warm_start measures them on this machine
+        # a pair of our FIM format writes next edits only once taught them (draft_models/finetune_edits
+        # marks its config); "auto" does not ask one that was not (the shipped pair: MODEL_CARD.md)
+        self.edits_trained = bool(getattr(self.pair.target.config, "completer_next_edit", False))
         self.edit_k: AdaptiveK | None = None  # next edits' draft length, learnt across rewrites (a model
         # that never copies its region soon stops paying for long verifies)
         self.counters = {"requests": 0, "cache_hits": 0, "tokens_reused": 0, "prefill_tokens": 0,
@@ -342,9 +345,13 @@ class Engine:
         held none). Speculative: the region's own tokens are the draft (EditDrafter, long drafts
         while the answer copies), else plain decoding; the ids are the same either way. At most
         `max_new` tokens (default: the region's tokens x 1.25 + 32), within the context (a prompt
-        that fills it: no answer, stop_reason "context")."""
+        that fills it: no answer, stop_reason "context"). With "auto", a pair of our FIM format
+        that was not taught next edits answers nothing (extra["untrained"], stop_reason "untrained")."""
         t0 = time.perf_counter()
         f = self.edit_format(fmt)
+        if fmt == "auto" and f.name == "completer" and not self.edits_trained:
+            st = GenStats(stop_reason="untrained", total_ms=(time.perf_counter() - t0) * 1e3)
+            return to_completion("", [], st, speculative, edit_format=f.name, untrained=True)
         prompt = self.edit_prompt(request, f)
         original = encode_text(self.tok, f.draft(request))
         drafter = EditDrafter(original) if speculative else None

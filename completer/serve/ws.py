@@ -159,7 +159,7 @@ async def _answer_edit(service, conn: Conn, id_, f: dict, path: str, doc: str, c
     try:
         try:
             ne = await service.next_edit(f["text"], f["line"], f["col"], f["before"], path, f["language"],
-                                         _doc_key(conn, doc), cancel)
+                                         _doc_key(conn, doc), cancel, f["format"] or "auto")
         except Refused as e:
             await send(pack(error(id_, e.code, e.message, e.retry_after_ms)))
             return
