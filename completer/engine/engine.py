@@ -121,7 +121,9 @@ class Engine:
                               "overloaded")
         if not self._evict(live, room=1):
             return False
-        self.caches[doc] = cache = DocCache(self.pair, self.ctx, self.cfg, self.step_costs)
+        last = next(reversed(self.caches.values()), None)  # the most recently used document's
+        self.caches[doc] = cache = DocCache(self.pair, self.ctx, self.cfg, self.step_costs,
+                                            last.k if last is not None else None)
         return cache
 
     def _evict(self, live: set[str] | dict, room: int = 0) -> bool:
