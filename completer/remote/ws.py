@@ -24,7 +24,7 @@ import itertools
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -196,27 +196,11 @@ class WsEngine:
         if node_kind is not None:
             frame["node_kind"] = node_kind
         self.counters["requests"] += 1
-        text, cut, cancelled, chunks = "", None, False, 0
+        text, cut, chunks = "", None, 0
         try:
             self._send(frame)
             limit = read_limit(frame.get("max_new_tokens") or int(self.info.get("max_new_tokens") or 64))
-            while True:
-                if cancel is not None and cancel.is_set() and not cancelled:
-                    cancelled = True
-                    self._send({"type": "cancel", "id": rid})
-                if time.monotonic() > deadline:
-                    self._send({"type": "cancel", "id": rid})
-                    raise EngineError(code="unavailable", message=f"{self.url} did not finish the completion "
-                                                                  f"within {self.timeout * 1e3:.0f} ms (engine_timeout_ms)")
-                try:
-                    msg = q.get(timeout=0.02)
-                except queue.Empty:
-                    continue
-                if msg is _CLOSED:
-                    raise EngineError(code="unavailable", message=f"the connection to {self.url} closed "
-                                                                  f"mid-completion{self._closed_why or ' (the service stopped?)'}")
-                if msg["type"] == "error":
-                    raise EngineError(code=errors.engine_code(msg.get("code")), message=msg.get("message", ""))
+            for msg in self._replies(rid, q, deadline, cancel, "completion"):
                 if msg["type"] == "chunk" and cut is None and (chunks := chunks + 1) > limit:
                     self._send({"type": "cancel", "id": rid})  # the server ignored max_new_tokens
                     return Completion(text, stop_reason="length", extra={"cancelled": False})
@@ -260,26 +244,9 @@ class WsEngine:
         if request.extra:
             frame["extra"] = _chunks(request.extra)
         self.counters["requests"] += 1
-        cancelled = False
         try:
             self._send(frame)
-            while True:
-                if cancel is not None and cancel.is_set() and not cancelled:
-                    cancelled = True
-                    self._send({"type": "cancel", "id": rid})
-                if time.monotonic() > deadline:
-                    self._send({"type": "cancel", "id": rid})
-                    raise EngineError(code="unavailable", message=f"{self.url} did not finish the next edit "
-                                                                  f"within {self.timeout * 1e3:.0f} ms (engine_timeout_ms)")
-                try:
-                    msg = q.get(timeout=0.02)
-                except queue.Empty:
-                    continue
-                if msg is _CLOSED:
-                    raise EngineError(code="unavailable", message=f"the connection to {self.url} closed "
-                                                                  f"mid-request{self._closed_why or ' (the service stopped?)'}")
-                if msg["type"] == "error":
-                    raise EngineError(code=errors.engine_code(msg.get("code")), message=msg.get("message", ""))
+            for msg in self._replies(rid, q, deadline, cancel, "next edit"):
                 if msg["type"] == "rewrite":
                     return Completion.from_json({**(msg.get("stats") or {}), "text": msg.get("text", "")})
         except EngineError:
@@ -287,6 +254,31 @@ class WsEngine:
             raise
         finally:
             self._waiters.pop(rid, None)
+
+    def _replies(self, rid: int, q: queue.Queue, deadline: float, cancel: threading.Event | None,
+                 what: str) -> Iterator[dict]:
+        """The service's frames for request `rid` until the caller has its answer: `cancel` set
+        sends one cancel frame (the answer still comes); past `deadline`, a closed connection or
+        an error frame raise EngineError."""
+        cancelled = False
+        while True:
+            if cancel is not None and cancel.is_set() and not cancelled:
+                cancelled = True
+                self._send({"type": "cancel", "id": rid})
+            if time.monotonic() > deadline:
+                self._send({"type": "cancel", "id": rid})
+                raise EngineError(code="unavailable", message=f"{self.url} did not finish the {what} "
+                                                              f"within {self.timeout * 1e3:.0f} ms (engine_timeout_ms)")
+            try:
+                msg = q.get(timeout=0.02)
+            except queue.Empty:
+                continue
+            if msg is _CLOSED:
+                raise EngineError(code="unavailable", message=f"the connection to {self.url} closed mid-{what}"
+                                                              f"{self._closed_why or ' (the service stopped?)'}")
+            if msg["type"] == "error":
+                raise EngineError(code=errors.engine_code(msg.get("code")), message=msg.get("message", ""))
+            yield msg
 
     def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
                extra: Sequence[Chunk] = ()) -> int:
