@@ -91,9 +91,12 @@ def make_tasks(files, kinds, n: int, seed: int, noop: bool, below: int = 20, lin
     return out
 
 
+FORMAT = "auto"  # main() sets it: --format, else ours for the embedded pair (never taught: "auto" skips it)
+
+
 def run(engine, t, speculative: bool = True, below: int = 20):
     hist = from_versions(t.before, t.current, t.path)
-    ne = predict(engine, t.current, t.line, t.col, hist, path=t.path, language="python",
+    ne = predict(engine, t.current, t.line, t.col, hist, path=t.path, language="python", fmt=FORMAT,
                  speculative=speculative, below=below, doc_key=t.path)
     return ne, apply_edits(t.current, ne.edits)
 
@@ -213,6 +216,7 @@ def main() -> int:
     ap.add_argument("--sdists", type=Path, help="a folder holding the packages' sdists (else pip downloads them)")
     ap.add_argument("--target")
     ap.add_argument("--draft")
+    ap.add_argument("--format", help="next_edit_format (default: completer for the embedded pair, else auto)")
     ap.add_argument("--speed", action="store_true")
     ap.add_argument("--lsp", type=int, default=0, metavar="N")
     ap.add_argument("--seed", type=int, default=0)
@@ -221,11 +225,13 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="next_edit_"))
     files = sources(fetch(list(PACKAGES), a.sdists, work))
     print(f"# {len(files)} files from {', '.join(PACKAGES)}; CPU: {machine()}", file=sys.stderr)
+    global FORMAT
+    FORMAT = a.format or ("auto" if a.target else "completer")
     opts = {k: v for k, v in (("target", a.target), ("draft", a.draft)) if v}
-    res = {"cpu": machine(), "packages": list(PACKAGES), "models": opts or "embedded pair"}
+    res = {"cpu": machine(), "packages": list(PACKAGES), "models": opts or "embedded pair", "format": FORMAT}
     if a.lsp:
         tasks = [t for ts in make_tasks(files, RENAMES, (a.lsp + 1) // 2, a.seed, False).values() for t in ts]
-        res["lsp"] = lsp_latency(tasks[:a.lsp], opts)
+        res["lsp"] = lsp_latency(tasks[:a.lsp], {**opts, "next_edit_format": FORMAT})
     else:
         from completer.pipeline import make_engine
 
