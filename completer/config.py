@@ -60,8 +60,8 @@ class EngineConfig:
     dtype: str = opt("auto", "compute dtype; auto = fp32 on CPU, bf16 on CUDA", reload=True,
                      choices=("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16"))
     quant: str = opt("auto", "target weights: auto (fp16 storage for a 16-bit checkpoint on CPU, else none) | "
-                     "none | fp16 | fast-int8 | mixed (ours) | int8 | nf4 (bitsandbytes)", reload=True,
-                     choices=("auto", "none", "fp16", "int8", "nf4", "fast-int8", "mixed"))
+                     "none | fp16 | fast-int8 | int4 | mixed (ours) | int8 | nf4 (bitsandbytes)", reload=True,
+                     choices=("auto", "none", "fp16", "int8", "nf4", "fast-int8", "int4", "mixed"))
     quant_groups: str = opt("embed=fp16,attn=int8,mlp=int4,head=int8",
                             "per-module-group precision for quant=mixed (embed, attn, mlp, head)", reload=True)
     drafter: str = opt("combined", "combined (n-gram, fast path, then the draft model) | model | ngram | "

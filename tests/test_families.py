@@ -226,15 +226,16 @@ def test_every_quant_mode_loads_and_generates(family_dirs, case):
     ref_w = load_model(d, CPU, torch.float32, "none")
     assert isinstance(ref_w, LlamaWeights)  # straight from config.json + safetensors
     ref = LlamaRunner(ref_w).forward(ids)
-    kinds = {"auto": Fp16Weight, "fp16": Fp16Weight, "fast-int8": Int8Weight, "mixed": Int4Weight}
+    kinds = {"auto": Fp16Weight, "fp16": Fp16Weight, "fast-int8": Int8Weight, "int4": Int4Weight, "mixed": Int4Weight}
     for quant, kind in kinds.items():
         w = load_model(d, CPU, torch.float32, quant)
         assert isinstance(w.layers[0][4], kind), quant  # the MLP's storage
         out = make_runner(w).forward(ids)
         exact = kind is Fp16Weight  # fp16 storage of a bf16 checkpoint: fp32 rounding only
-        assert (out - ref).abs().max() < (1e-4 if exact else 0.15) * ref.abs().max(), quant
+        all4 = quant == "int4"  # 4-bit attention too: random weights' near-ties flip more often
+        assert (out - ref).abs().max() < (1e-4 if exact else 0.25 if all4 else 0.15) * ref.abs().max(), quant
         agree = float((out.argmax(-1) == ref.argmax(-1)).float().mean())
-        assert agree == 1.0 if exact else agree > 0.8, (quant, agree)
+        assert agree == 1.0 if exact else agree > (0.6 if all4 else 0.8), (quant, agree)
         gen, _ = generate(make_runner(w), ids[:10], 6, Sampling())
         assert len(gen) == 6
     for quant in ("int8", "nf4"):  # bitsandbytes, through the HF path

@@ -15,12 +15,12 @@ from completer.engine.runner import LlamaRunner, LlamaWeights
 torch.set_num_threads(1)
 
 
-@pytest.mark.parametrize("quant", ["none", "fp16", "int8", "nf4", "fast-int8", "mixed"])
+@pytest.mark.parametrize("quant", ["none", "fp16", "int8", "nf4", "fast-int8", "int4", "mixed"])
 def test_each_mode_loads_and_generates(tiny_pair, quant):
     target, draft = tiny_pair
     """Speculative decoding stays greedy-exact over each mode's own target: every drafter gives
     the ids plain decoding gives, and a mode that quantizes stores its weights smaller.
-    fast-int8 and mixed quantize activations per call with one scale over all rows (fbgemm's
+    fast-int8, int4 and mixed quantize activations per call with one scale over all rows (fbgemm's
     dynamic GEMM), so a (k+1)-row verify rounds differently from a 1-row step and may flip a
     near-tie: there the two agree on a leading run, not on every token."""
     eng = Engine(EngineConfig(target=str(target), draft=str(draft), quant=quant, max_new_tokens=12))
@@ -29,7 +29,7 @@ def test_each_mode_loads_and_generates(tiny_pair, quant):
     assert len(plain) == st.new_tokens == 12
     for drafter in ("model", "ngram", "combined"):
         ids, _ = eng.complete_ids(prompt, doc_key=drafter, max_new=12, drafter=drafter)
-        if quant in ("fast-int8", "mixed"):
+        if quant in ("fast-int8", "int4", "mixed"):
             same = next((i for i, (a, b) in enumerate(zip(ids, plain)) if a != b), len(plain))
             assert same >= len(plain) // 2, (quant, drafter, ids, plain)
         else:

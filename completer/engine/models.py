@@ -20,7 +20,7 @@ from ..config import OPTIONS
 # GEMM, see bench/speculative.py), else none.
 QUANT_MODES: tuple[str, ...] = OPTIONS["quant"].meta["choices"]
 DTYPE_NAMES: tuple[str, ...] = OPTIONS["dtype"].meta["choices"]
-LEAN_MODES = ("fp16", "fast-int8", "mixed")  # of QUANT_MODES: our lean runner's (the others: bitsandbytes)
+LEAN_MODES = ("fp16", "fast-int8", "int4", "mixed")  # of QUANT_MODES: our lean runner's (the others: bitsandbytes)
 
 
 class ModelError(EngineError):

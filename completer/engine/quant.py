@@ -28,7 +28,10 @@ from completer_kernels import quant as kq
 
 DEFAULT_GROUPS = "embed=fp16,attn=int8,mlp=int4,head=int8"
 MODE_GROUPS = {"fp16": "embed=fp16,attn=fp16,mlp=fp16,head=fp16",
-               "fast-int8": "embed=fp32,attn=int8,mlp=int8,head=int8"}
+               "fast-int8": "embed=fp32,attn=int8,mlp=int8,head=int8",
+               # group-32 4-bit weights for every layer's products (llama.cpp's q4_0 keeps 8 bits for
+               # the output layer too); needs widths that are multiples of 32
+               "int4": "embed=fp16,attn=int4,mlp=int4,head=int8"}
 _EMBED = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _LINEAR = ("none", "fp16", "int8", "int4")
 
