@@ -28,7 +28,7 @@ test("the table is the schema's: snake_case options, camelCase settings", () => 
 
 test("invalid values are dropped with a warning naming the setting", () => {
   const { options, warnings } = toInitializationOptions({
-    maxNewTokens: 0, draftLen: 2.5, topP: 0, temperature: -1, kvBudgetMb: 0, quant: "int4",
+    maxNewTokens: 0, draftLen: 2.5, topP: 0, temperature: -1, kvBudgetMb: 0, quant: "int3",
     completeInDocstrings: "yes", seed: 7, typo: 1,
   });
   assert.deepEqual(options, { seed: 7 });
