@@ -69,7 +69,8 @@ def main() -> int:
     a = ap.parse_args()
     torch.set_num_threads(2)
     from completer.engine.engine import Engine, EngineConfig
-    from completer.engine.native_runner import NativeRunner, library
+    from completer.engine.native_lib import library
+    from completer.engine.native_runner import NativeRunner
     from completer.engine.np_runner import NumpyRunner
     from completer.engine.runner import LlamaRunner
 

@@ -15,9 +15,10 @@ import torch
 from test_families import family_model
 from test_np_runner import STORAGE
 
-from completer.engine import native_runner
+from completer.engine import native_lib
 from completer.engine.drafters import AdaptiveK, ModelDrafter
-from completer.engine.native_runner import NativeRunner, cache_dir, library
+from completer.engine.native_lib import cache_dir, library
+from completer.engine.native_runner import NativeRunner
 from completer.engine.np_runner import NumpyRunner
 from completer.engine.quant import Fp16Weight, Int8Weight, quantize_weights
 from completer.engine.runner import LlamaRunner, LlamaWeights, forward_many
@@ -216,9 +217,9 @@ def test_bad_input_is_refused(lib):
 def test_fallback_is_taken_and_said(lib, monkeypatch, caplog):
     """COMPLETER_NATIVE=0 (read through config.env): the NumPy step, and one log line saying why."""
     monkeypatch.setenv("COMPLETER_NATIVE", "0")
-    monkeypatch.setattr(native_runner, "_announced", set())
+    monkeypatch.setattr(native_lib, "_announced", set())
     w = weights("qwen2", "fp16")
-    with caplog.at_level(logging.WARNING, logger="completer.engine.native_runner"):
+    with caplog.at_level(logging.WARNING, logger="completer.engine.native_lib"):
         a, b = make_runner(w, 64), make_runner(w, 64)
     assert type(a) is NumpyRunner and type(b) is NumpyRunner
     said = [r.getMessage() for r in caplog.records if "native decode step unavailable" in r.getMessage()]

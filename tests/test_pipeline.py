@@ -45,6 +45,9 @@ class Scripted:
     def reconfigure(self, **values):
         pass
 
+    def rewrite(self, request, *, fmt="auto", doc_key="_default", max_new=None, speculative=True, cancel=None):
+        return Completion(request.region, stop_reason="eos")  # no next edit: the region as it is
+
     def complete(self, prefix, suffix="", *, doc_key="_default", max_new=None, stop_text=None, cancel=None,
                  on_text=None, node_kind=None, language=None, extra=()):
         self.calls.append({"prefix": prefix, "suffix": suffix, "doc_key": doc_key, "max_new": max_new,

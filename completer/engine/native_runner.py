@@ -21,41 +21,15 @@ keeps the NumPy step and logs why, once.
 from __future__ import annotations
 
 import ctypes
-import logging
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from completer_kernels import native
 
-from ..config import env
 from .np_runner import NumpyRunner, eligible
 from .quant import Fp16Weight, Int8Weight
 from .runner import LlamaRunner, LlamaWeights
-
-log = logging.getLogger(__name__)
-_announced: set[str] = set()
-
-
-def cache_dir() -> Path:
-    return Path(env("XDG_CACHE_HOME") or Path.home() / ".cache") / "completer" / "native"
-
-
-def library() -> tuple[ctypes.CDLL | None, str]:
-    """(the native step's library, its ISA) or (None, why it is not used)."""
-    if (env("COMPLETER_NATIVE") or "1").lower() in ("0", "off", "false", "no"):
-        return None, "disabled by COMPLETER_NATIVE"
-    return native.load(cache_dir())
-
-
-def native_or_none():
-    """The library, or None after logging (once per reason) that the NumPy step serves instead."""
-    lib, why = library()
-    if lib is None and why not in _announced:
-        _announced.add(why)
-        log.warning("native decode step unavailable (%s): using the NumPy step", why)
-    return lib
 
 
 def _pack(m, bw: int, bias: torch.Tensor | None) -> native.Packed:

@@ -26,6 +26,8 @@ import torch
 from completer_kernels import native
 from completer_kernels import quant as kq
 
+from .native_lib import native_or_none
+
 DEFAULT_GROUPS = "embed=fp16,attn=int8,mlp=int4,head=int8"
 MODE_GROUPS = {"fp16": "embed=fp16,attn=fp16,mlp=fp16,head=fp16",
                "fast-int8": "embed=fp32,attn=int8,mlp=int8,head=int8",
@@ -121,8 +123,6 @@ class Fp16Weight:
 
 def native_pack(kind: str, **arrays):
     """A CPU weight in the native step's layout (kernels/native.py), None without the library."""
-    from .native_runner import native_or_none
-
     lib = native_or_none()
     if lib is None:
         return None

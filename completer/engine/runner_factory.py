@@ -4,7 +4,8 @@ replay), so they import runner.py and never each other."""
 from __future__ import annotations
 
 from .cuda_graphs import GraphRunner
-from .native_runner import NativeRunner, native_or_none
+from .native_lib import native_or_none
+from .native_runner import NativeRunner
 from .np_runner import NumpyRunner, eligible
 from .runner import HFRunner, LlamaRunner, LlamaWeights, _Runner, lean_supported
 
