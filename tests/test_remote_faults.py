@@ -275,7 +275,8 @@ def test_an_endless_json_answer_is_cut_at_its_cap(fake, name):
         c.warmup("x = ", "", doc_key="j.py")
     assert err.value.code == "internal" and "MiB" in err.value.message
     assert fake.hung_up.wait(30)
-    assert fake.sent < MAX_BODY + 8 * 2**20
+    assert fake.sent < MAX_BODY + 16 * 2**20  # the cap, plus what the kernel's socket buffers took
+    # (autotuned up to several MiB a side: 8.6 MiB past the cap was seen on a loaded machine)
 
 
 class FakeWs:
