@@ -371,7 +371,10 @@ class Service:
             self.index.update(path, text, recent=True)
 
     def file_changed(self, uri: str, deleted: bool = False) -> None:
-        """A file changed on disk (didSave, a watched file): re-read, or dropped when deleted."""
+        """A file changed on disk (didSave, a watched file): re-read, or dropped when deleted
+        (from the index, and its edits from the next-edit history: a prompt never shows them)."""
+        if deleted:
+            self.edits.forget(uri)
         if self.index is None or not (path := _path(uri)):
             return
         self.counters["files_changed"] += 1

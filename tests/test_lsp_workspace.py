@@ -112,10 +112,21 @@ async def test_index_is_built_with_progress_and_kept_current(client: LanguageCli
     new = root / "pkg" / "extra.py"
     _open(client, new, "def helper(a):\n    return a\n")
     assert await _files(client, 4) == 4
-    # watched files: a deleted file leaves the index, a created one joins it
-    (root / "pkg" / "util.py").unlink()
-    _watched(client, (root / "pkg" / "util.py", t.FileChangeType.Deleted))
+    # watched files: a deleted file leaves the index (and its edits the next-edit history), a
+    # created one joins it
+    util = root / "pkg" / "util.py"
+    _open(client, util, util.read_text())
+    client.text_document_did_change(t.DidChangeTextDocumentParams(
+        t.VersionedTextDocumentIdentifier(uri=util.as_uri(), version=2),
+        [t.TextDocumentContentChangeWholeDocument(text=util.read_text() + "\nX = 1\n")]))
+    stats = await client.protocol.send_request_async("completer/stats", {})
+    assert stats.edit_events == 1
+    util.unlink()
+    _watched(client, (util, t.FileChangeType.Deleted))
     assert await _files(client, 3) == 3
+    stats = await client.protocol.send_request_async("completer/stats", {})
+    assert stats.edit_events == 0
+    client.text_document_did_close(t.DidCloseTextDocumentParams(t.TextDocumentIdentifier(uri=util.as_uri())))
     (root / "pkg" / "more.py").write_text("def more():\n    return 1\n")
     _watched(client, (root / "pkg" / "more.py", t.FileChangeType.Created))
     assert await _files(client, 4) == 4
