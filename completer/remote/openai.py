@@ -154,17 +154,7 @@ class OpenAI:
                                   cancel, done=lambda ev: False)  # until data: [DONE]
         finish: dict = {}
         usage: dict = {}
-
-        def text_of(ev: dict) -> str:
-            if isinstance(ev.get("usage"), dict):
-                usage.update(ev["usage"])
-            choices = ev.get("choices")
-            if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-                return ""
-            if choices[0].get("finish_reason"):
-                finish["reason"] = choices[0]["finish_reason"]
-            return str(choices[0].get("text") or "")
-
+        text_of = _event_reader(usage, finish)
         text, _, why, ttft = follow(events, text_of, stop_text, on_text, cancel, t0, n)
         total = (time.perf_counter() - t0) * 1e3
         new = int(usage.get("completion_tokens") or 0)
@@ -196,17 +186,7 @@ class OpenAI:
         events = self.http.stream(self.api + "/completions", body, cancel, done=lambda ev: False)
         finish: dict = {}
         usage: dict = {}
-
-        def text_of(ev: dict) -> str:
-            if isinstance(ev.get("usage"), dict):
-                usage.update(ev["usage"])
-            choices = ev.get("choices")
-            if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-                return ""
-            if choices[0].get("finish_reason"):
-                finish["reason"] = choices[0]["finish_reason"]
-            return str(choices[0].get("text") or "")
-
+        text_of = _event_reader(usage, finish)
         text, _, why, ttft = follow(events, text_of, None, None, cancel, t0, n)
         new, prompt = int(usage.get("completion_tokens") or 0), int(usage.get("prompt_tokens") or 0)
         region = read_answer(f, text)
@@ -260,3 +240,18 @@ class OpenAI:
 
     def close(self) -> None:
         """Nothing held open: every request has its own connection."""
+
+
+def _event_reader(usage: dict, finish: dict) -> Callable[[dict], str]:
+    """Reads one streamed /v1/completions event: its text; its usage and finish_reason go into
+    `usage` and `finish` (a server may send them in any event, or in none)."""
+    def text_of(ev: dict) -> str:
+        if isinstance(ev.get("usage"), dict):
+            usage.update(ev["usage"])
+        choices = ev.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            return ""
+        if choices[0].get("finish_reason"):
+            finish["reason"] = choices[0]["finish_reason"]
+        return str(choices[0].get("text") or "")
+    return text_of
