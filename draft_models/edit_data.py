@@ -157,15 +157,19 @@ def _rename_local(tree, lines, starts, rng):
                 if isinstance(n.ctx, ast.Store):
                     stored.add(n.id)
         names = [nm for nm, o in occ.items() if nm in stored and len(o) >= 2 and len(nm) >= 2 and not _keyword(nm)]
-        if not names:
-            continue
-        old = rng.choice(names)
-        new = _fresh(rng, old, set(occ))
-        if new is None:
-            continue
-        sites = _sites(lines, starts, occ[old], new)
-        return sites, (f.lineno - 1, f.end_lineno)
+        sites = _renamed(rng, occ, names, lines, starts)
+        if sites:
+            return sites, (f.lineno - 1, f.end_lineno)
     return None
+
+
+def _renamed(rng, occ: dict, names: list[str], lines, starts) -> list[Site] | None:
+    """Every occurrence of one of `names` (drawn) renamed to a fresh name, or None."""
+    if not names:
+        return None
+    old = rng.choice(names)
+    new = _fresh(rng, old, set(occ))
+    return None if new is None else _sites(lines, starts, occ[old], new)
 
 
 def _rename_attr(tree, lines, starts, rng):
@@ -177,14 +181,9 @@ def _rename_attr(tree, lines, starts, rng):
             if (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
                     and n.end_lineno == n.lineno):
                 occ.setdefault(n.attr, []).append((n.lineno, n.end_col_offset - len(n.attr.encode()), len(n.attr)))
-        names = [nm for nm, o in occ.items() if len(o) >= 2 and len(nm) >= 2]
-        if not names:
-            continue
-        old = rng.choice(names)
-        new = _fresh(rng, old, set(occ))
-        if new is None:
-            continue
-        return _sites(lines, starts, occ[old], new), (c.lineno - 1, c.end_lineno)
+        sites = _renamed(rng, occ, [nm for nm, o in occ.items() if len(o) >= 2 and len(nm) >= 2], lines, starts)
+        if sites:
+            return sites, (c.lineno - 1, c.end_lineno)
     return None
 
 

@@ -12,6 +12,7 @@ import asyncio
 import threading
 import traceback
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import WSMsgType, web
@@ -150,24 +151,29 @@ def _next_edit(service, conn: Conn, f: dict) -> dict | None:
     doc = "\0next-edit:" + path  # its cache beside the document's completions', freed with the connection
     conn.docs.add(doc)
     conn.inflight[id_] = cancel = threading.Event()
-    _start(conn, _answer_edit(service, conn, id_, f, path, doc, cancel))
+
+    async def reply() -> dict:
+        ne = await service.next_edit(f["text"], f["line"], f["col"], f["before"], path, f["language"],
+                                     _doc_key(conn, doc), cancel, f["format"] or "auto")
+        out = ne.to_json()
+        frame = {"type": "next_edit", "id": id_, "edits": out.pop("edits"), "stats": out}
+        if "reason" in out:
+            frame["reason"] = out.pop("reason")
+        return frame
+
+    _start(conn, _answer_once(conn, id_, cancel, reply))
     return None
 
 
-async def _answer_edit(service, conn: Conn, id_, f: dict, path: str, doc: str, cancel: threading.Event) -> None:
-    send = conn.ws.send_bytes
+async def _answer_once(conn: Conn, id_, cancel: threading.Event, reply: Callable[[], Awaitable[dict]]) -> None:
+    """Send request `id_`'s one reply frame, `await reply()` (Refused: an error frame); a closed
+    connection cancels the request."""
     try:
         try:
-            ne = await service.next_edit(f["text"], f["line"], f["col"], f["before"], path, f["language"],
-                                         _doc_key(conn, doc), cancel, f["format"] or "auto")
+            frame = await reply()
         except Refused as e:
-            await send(pack(error(id_, e.code, e.message, e.retry_after_ms)))
-            return
-        out = ne.to_json()
-        reply = {"type": "next_edit", "id": id_, "edits": out.pop("edits"), "stats": out}
-        if "reason" in out:
-            reply["reason"] = out.pop("reason")
-        await send(pack(reply))
+            frame = error(id_, e.code, e.message, e.retry_after_ms)
+        await conn.ws.send_bytes(pack(frame))
     except ConnectionError:
         cancel.set()
     finally:
@@ -185,23 +191,14 @@ def _rewrite(service, conn: Conn, f: dict) -> dict | None:
     conn.docs.add(f["doc"])
     conn.inflight[id_] = cancel = threading.Event()
 
-    async def answer(send=conn.ws.send_bytes) -> None:
-        try:
-            try:
-                c = await service.rewrite(request, f["format"] or "auto", _doc_key(conn, f["doc"]), max_new,
-                                          f["speculative"] is not False, cancel)
-            except Refused as e:
-                await send(pack(error(id_, e.code, e.message, e.retry_after_ms)))
-                return
-            c = c or Completion("", stop_reason="superseded")
-            stats = {k: v for k, v in c.to_json().items() if k not in ("text", "token_ids")}
-            await send(pack({"type": "rewrite", "id": id_, "text": c.text, "stats": stats}))
-        except ConnectionError:
-            cancel.set()
-        finally:
-            conn.inflight.pop(id_, None)
+    async def reply() -> dict:
+        c = await service.rewrite(request, f["format"] or "auto", _doc_key(conn, f["doc"]), max_new,
+                                  f["speculative"] is not False, cancel)
+        c = c or Completion("", stop_reason="superseded")
+        stats = {k: v for k, v in c.to_json().items() if k not in ("text", "token_ids")}
+        return {"type": "rewrite", "id": id_, "text": c.text, "stats": stats}
 
-    _start(conn, answer())
+    _start(conn, _answer_once(conn, id_, cancel, reply))
     return None
 
 
