@@ -12,7 +12,7 @@ from completer.engine.drafters import AdaptiveK, CombinedDrafter, FastPathDrafte
 from completer.engine.runner import HFRunner, LlamaWeights
 from completer.engine.runner_factory import make_runner
 from completer.engine.sampling import Proposal, Sampling, verify, warp
-from completer.engine.speculative import generate
+from completer.engine.speculative import UNTIMED_ROUNDS, generate
 
 torch.set_num_threads(1)
 
@@ -201,3 +201,86 @@ def test_adaptive_k_follows_acceptance_and_cost():
     fork = cheap.fork()
     fork.update(8, 0)
     assert fork.prop != cheap.prop  # learns on its own
+
+
+class FakeClock:
+    """Seconds that pass only when the runners and drafters below say so."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Timed:
+    """A runner whose forwards cost 1 ms plus 0.1 ms per row past the first on `clock`."""
+
+    def __init__(self, runner, clock: FakeClock):
+        self.runner, self.clock = runner, clock
+
+    def __getattr__(self, name):
+        return getattr(self.runner, name)
+
+    def forward(self, ids):
+        self.clock.now += 1e-3 + 1e-4 * (len(ids) - 1)
+        return self.runner.forward(ids)
+
+
+class Oracle:
+    """Proposes the target's own greedy continuation (always accepted) at `cost` seconds a
+    proposal: what a draft costs beyond its model step (catch-up, Python) made explicit."""
+
+    def __init__(self, prompt: list[int], ref: list[int], clock: FakeClock, cost: float):
+        self.n, self.ref, self.clock, self.cost, self.calls = len(prompt), ref, clock, cost, 0
+
+    def propose(self, seq, k):
+        self.calls += 1
+        self.clock.now += self.cost
+        return Proposal(self.ref[len(seq) - self.n:][:k], None, "oracle")
+
+
+def test_adaptive_k_falls_to_plain_when_drafting_measures_slower_and_comes_back():
+    """The model says drafts pay (cheap verifies), but drafting rounds measure 2 ms per emitted
+    token against plain's 1: k falls to 0 after plain's first measurement, and tries of drafting
+    (TRY_ROUNDS rounds at the model's k) come at doubling intervals; once a try measures
+    drafting cheaper, drafting returns and holds, with a plain round now and then."""
+    k = AdaptiveK(4, 0, 8, c=0.05, verify=[1.0] + [1.05] * 8)
+    assert k.rate(1) > 1
+    drafted = []
+    for _ in range(300):
+        drafted.append(k.k)
+        k.update(k.k, 1, 4.0) if k.k else k.update(0, 0, 1.0)  # drafting: 2 tokens in 4 ms
+    assert drafted[:2] == [4, 0] and k.k == 0 and k.ms_per_token(True) > k.ms_per_token(False)
+    tries = [i for i in range(1, len(drafted)) if drafted[i] and not drafted[i - 1]]
+    assert all(drafted[i:i + AdaptiveK.TRY_ROUNDS] == [1] * AdaptiveK.TRY_ROUNDS for i in tries), drafted
+    assert sum(n > 0 for n in drafted) == 1 + AdaptiveK.TRY_ROUNDS * len(tries)
+    gaps = [b - a for a, b in zip([0] + tries, tries)]
+    assert gaps[0] > AdaptiveK.PROBE_STEPS and gaps == sorted(gaps) and gaps[-1] > 3 * gaps[0], gaps
+    drafted = []
+    for _ in range(400):  # drafting now costs 0.25 ms per token
+        drafted.append(k.k)
+        k.update(k.k, k.k, 0.25 * (k.k + 1)) if k.k else k.update(0, 0, 1.0)
+    start = next(i for i, n in enumerate(drafted) if n)
+    assert start < 260 and 0 < drafted[start:].count(0) < 0.1 * (400 - start), drafted
+    assert k.ms_per_token(True) < k.ms_per_token(False)
+
+
+@pytest.mark.parametrize("cost_ms, plain", [(10.0, True), (0.1, False)])
+def test_generate_drafts_only_where_it_measures_cheaper(cost_ms, plain):
+    """generate() times each round on the schedule's clock (here a fake one the runner and the
+    drafter advance): an always-right draft whose proposals cost 10 ms (9 tokens at best per
+    ~11 ms round, plain 1 ms a token) is given up for plain decoding after its first rounds, one
+    that costs 0.1 ms keeps drafting; greedy output equals plain decoding either way."""
+    target = random_llama(48, 2, seed=41)
+    prompt = [5, 9, 2, 7, 1, 3]
+    ref = hf_greedy(target, prompt, 40)
+    clock = FakeClock()
+    drafter = Oracle(prompt, ref, clock, cost_ms * 1e-3)
+    k = AdaptiveK(4, 0, 8, clock=clock)
+    out, st = generate(Timed(lean(target), clock), prompt, 40, Sampling(), drafter, k)
+    assert out == ref
+    if plain:  # drafted: the untimed first rounds and one timed; then plain, no try yet (40 tokens)
+        assert k.k == 0 and drafter.calls == UNTIMED_ROUNDS + 1 and st.target_forwards >= 18, st
+    else:
+        assert k.k > 0 and st.target_forwards <= 8, st

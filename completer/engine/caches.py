@@ -33,17 +33,15 @@ class DocCache:
                  step_costs: tuple[float, list[float] | None], prior: AdaptiveK | None = None):
         """Runners over `ctx` positions for the pair's models (weights shared); draft lengths
         from cfg, planned with this machine's `step_costs` (calibrate.py), starting from what
-        `prior` (the last document's schedule) learnt about acceptance."""
+        `prior` (the last document's schedule) learnt: acceptance and measured ms per token."""
         self.target = make_runner(pair.target, ctx, cfg.lean, cfg.decode_threads)
         self.draft = make_runner(pair.draft, ctx, cfg.lean) if pair.draft is not None else None
         c, verify = step_costs
-        # the document's; k may fall to 0 (plain decoding, a one-token probe now and then) where
-        # drafts do not pay for their verifies, so speculation is never slower than --no-speculative
+        # the document's; k falls to 0 (plain decoding, drafting tried now and then) where drafting
+        # measures more ms per token than plain: over --no-speculative, speculation costs its tries
         self.k = AdaptiveK(cfg.draft_len, 0, cfg.max_draft_len, c, verify=verify)
         if prior is not None:  # a new document starts where the engine's last one stood, not blind
-            n = min(prior.k_max, self.k.k_max)
-            self.k.prop[:n], self.k.acc[:n] = prior.prop[:n], prior.acc[:n]
-            self.k.k = min(prior.k, self.k.k_max)
+            self.k.learnt_from(prior)
         self.by_kind: OrderedDict[str, AdaptiveK] = OrderedDict()  # per syntax-node kind (caller's)
         self.ngram = NgramDrafter()
 

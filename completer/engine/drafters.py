@@ -7,6 +7,8 @@ target has not consumed yet) and proposes what follows it.
 """
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
@@ -147,43 +149,75 @@ class CombinedDrafter:
 
 
 class AdaptiveK:
-    """Draft length from acceptance history and step costs. Keeps decayed counts, per draft
-    position i, of how often a proposed i-th token was accepted (s_i ≈ P(≥ i accepted); no
-    geometric assumption: acceptance comes in runs, e.g. an n-gram match is right all along or
-    not at all) and picks the k in [k_min, k_max] that maximises expected tokens per unit time:
+    """Draft length from acceptance history, and drafting or not from measured wall time.
+
+    The length: decayed counts, per draft position i, of how often a proposed i-th token was
+    accepted (s_i ≈ P(≥ i accepted); no geometric assumption: acceptance comes in runs, e.g. an
+    n-gram match is right all along or not at all), and the k in [max(k_min, 1), k_max] that
+    maximises expected tokens per unit of modelled time:
 
         E[tokens](k) = 1 + s_1 + … + s_k,   cost(k) = c·k + verify(k)
 
     in target-step units: a draft step costs `c`; verify(k), a target forward over k + 1 tokens,
     is `verify[k]` when measured (calibrate.measure_step_costs: on CPUs it jumps from 1 to 2 tokens
-    and then stays nearly flat, so no linear model fits) else 1 + `beta`·k. A position with (almost) no recent evidence gets the one before it
-    times 0.85 (a run of accepted tokens tends to go on), so longer drafts get explored once
-    shorter ones keep being accepted."""
+    and then stays nearly flat, so no linear model fits) else 1 + `beta`·k. A position with
+    (almost) no recent evidence gets the one before it times 0.85 (a run of accepted tokens tends
+    to go on), so longer drafts get explored once shorter ones keep being accepted.
 
-    PROBE_STEPS = 16  # with k_min = 0: steps without a draft before one token is tried again
+    Drafting or plain (k = 0, allowed when k_min = 0): measured, the model only the prior. The
+    model misses what a draft costs beyond its step (the draft's catch-up over accepted tokens,
+    the caches it displaces, the Python around it: speculative int4 ran at 0.64× plain on the
+    embedded pair while the model said drafts paid), so generate() times every round end to end
+    with `clock`, and `update` keeps, per kind (drafting: a round that proposed; plain), sums of
+    milliseconds and emitted tokens, both decayed by `decay` per round: the kind not chosen
+    fades, so a fresh try of it counts most. It drafts while drafting measures fewer ms per
+    token than plain; until both are measured the model decides (E[tokens](k) > cost(k)), and
+    the first timed drafting round is followed by a plain one so that both are. After
+    `probe[kind]` rounds of the chosen kind the other is tried: one plain round, or TRY_ROUNDS
+    rounds at the model's k (the first pays the draft's catch-up over the plain rounds). The
+    tried kind's interval doubles, up to PROBE_MAX, after a try that does not win and after a
+    win that does not hold PROBE_STEPS rounds (a lucky try); a kind that held that long and
+    then lost is tried again after PROBE_STEPS. The tries are what following the document
+    costs: on the embedded pair, plain mode with its tries ran at 0.96-0.99× plain decoding."""
+
+    PROBE_STEPS = 16  # rounds before the kind not chosen is tried, after a choice that held
+    PROBE_MAX = 256   # the interval doubles up to this while tries do not win
+    TRY_ROUNDS = 4    # a try of drafting (of plain: one round); 2 lost more often where drafting
+    # paid (fast-int8 on the embedded pair: 0.92-1.00× plain in 5 runs, 0.98-1.13× with 4)
 
     def __init__(self, k: int, k_min: int = 1, k_max: int = 8, c: float = 0.06, beta: float = 0.1,
-                 decay: float = 0.95, verify: list[float] | None = None):
+                 decay: float = 0.95, verify: list[float] | None = None,
+                 clock: Callable[[], float] = time.perf_counter):
         self.k, self.k_min, self.k_max = k, k_min, k_max
-        self.idle = 0  # steps since k fell to 0
         self.c, self.beta, self.decay = c, beta, decay
         self.verify = verify if verify and len(verify) > k_max else [1 + beta * i for i in range(k_max + 1)]
+        self.clock = clock  # seconds; generate() times rounds with it (tests pass a fake one)
         self.prop = [0.0] * k_max  # decayed counts per position: proposed, accepted
         self.acc = [0.0] * k_max
+        self.wall = [[0.0, 0.0], [0.0, 0.0]]  # [plain, drafting] → decayed ms, emitted tokens
+        self.drafting, self.trying = k > 0, 0  # the kind chosen (k_min = 0); rounds left trying the other
+        self.held = self.idle = 0  # rounds since the choice changed; since the other kind was tried
+        self.probe = [self.PROBE_STEPS] * 2  # [plain, drafting] → rounds before it is tried
+
+    def learnt_from(self, other: AdaptiveK) -> AdaptiveK:
+        """This schedule (its bounds and step costs) with what `other` learnt: acceptance (the
+        positions both bounds share), measured wall time, drafting or plain, its tries, and k."""
+        n = min(self.k_max, other.k_max)
+        self.prop[:n], self.acc[:n] = other.prop[:n], other.acc[:n]
+        self.wall = [list(w) for w in other.wall]
+        self.drafting, self.trying, self.held, self.idle = other.drafting, other.trying, other.held, other.idle
+        self.probe = list(other.probe)
+        self.k = min(other.k, self.k_max)
+        return self
 
     def fork(self) -> AdaptiveK:
         """A copy that goes on learning separately (e.g. for one kind of syntax node)."""
-        new = AdaptiveK(self.k, self.k_min, self.k_max, self.c, self.beta, self.decay, self.verify)
-        new.prop, new.acc = list(self.prop), list(self.acc)
-        return new
+        return self.resized(self.k_max)
 
     def resized(self, k_max: int) -> AdaptiveK:
-        """A copy bounded by a new `k_max` (the max_draft_len option changed): what it learnt
-        about the positions both bounds share is kept."""
-        new = AdaptiveK(min(self.k, k_max), self.k_min, k_max, self.c, self.beta, self.decay, self.verify)
-        n = min(k_max, self.k_max)
-        new.prop[:n], new.acc[:n] = self.prop[:n], self.acc[:n]
-        return new
+        """A copy bounded by a new `k_max` (the max_draft_len option changed)."""
+        return AdaptiveK(self.k, self.k_min, k_max, self.c, self.beta, self.decay, self.verify,
+                         self.clock).learnt_from(self)
 
     def expected(self, k: int) -> float:
         total, s = 1.0, 0.8 / 0.85
@@ -192,20 +226,57 @@ class AdaptiveK:
             total += s
         return total
 
-    def update(self, proposed: int, accepted: int) -> None:
-        if proposed == 0:
-            if self.k == 0:  # k_min = 0 (no draft pays): one token now and then, so that it can come back
-                self.idle += 1
-                if self.idle >= self.PROBE_STEPS:
-                    self.k, self.idle = 1, 0
-            return
+    def rate(self, k: int) -> float:
+        """Modelled tokens per target step with k drafts (plain: 1)."""
+        return self.expected(k) / (self.c * k + self.verify[k])
+
+    def ms_per_token(self, drafting: bool) -> float | None:
+        """Measured, decayed; None before the first timed round of that kind."""
+        ms, tokens = self.wall[drafting]
+        return ms / tokens if tokens else None
+
+    def update(self, proposed: int, accepted: int, ms: float | None = None) -> None:
+        """After a round that proposed `proposed` drafts, `accepted` of them, in `ms` (None: not
+        timed) → the next round's k."""
         d = self.decay
-        for i in range(self.k_max):  # every position's evidence fades, so a k that stopped
-            tried = i < proposed     # being tried is extrapolated again and gets retried
-            self.prop[i] = d * self.prop[i] + tried
-            self.acc[i] = d * self.acc[i] + (tried and i < accepted)
-        self.k = max(range(self.k_min, self.k_max + 1),
-                     key=lambda k: self.expected(k) / (self.c * k + self.verify[k]))
+        if proposed:
+            for i in range(self.k_max):  # every position's evidence fades, so a k that stopped
+                tried = i < proposed     # being tried is extrapolated again and gets retried
+                self.prop[i] = d * self.prop[i] + tried
+                self.acc[i] = d * self.acc[i] + (tried and i < accepted)
+        if ms is not None:
+            for kind, w in enumerate(self.wall):
+                ms_k, tokens = (ms, accepted + 1) if kind == (proposed > 0) else (0.0, 0)
+                w[0], w[1] = d * w[0] + ms_k, d * w[1] + tokens
+        self.k = self.best() if self.k_min > 0 else self._draft_or_plain(proposed > 0)
+
+    def best(self) -> int:
+        """The modelled best number of drafts (≥ 1)."""
+        return max(range(max(self.k_min, 1), self.k_max + 1), key=self.rate)
+
+    def _draft_or_plain(self, drafted: bool) -> int:
+        # `best()` only where a draft follows: ~5 µs, 1 % of an int4 step on the embedded pair
+        plain, drafting = self.ms_per_token(False), self.ms_per_token(True)
+        draft = self.rate(self.best()) > 1 if plain is None or drafting is None else drafting < plain
+        if self.trying:
+            self.trying -= drafted != self.drafting  # a try of drafting that found nothing goes on
+            if self.trying:
+                return 0 if self.drafting else self.best()
+            if draft == self.drafting:  # a try that did not win
+                self.probe[not draft] = min(2 * self.probe[not draft], self.PROBE_MAX)
+                self.idle = 0
+        if draft != self.drafting:  # the kind left is tried again soon only if it had held
+            left = self.drafting
+            self.probe[left] = min(2 * self.probe[left], self.PROBE_MAX) if self.held < self.PROBE_STEPS \
+                else self.PROBE_STEPS
+            self.drafting, self.held, self.idle = draft, 0, 0
+        self.held, self.idle = self.held + 1, self.idle + 1
+        if draft and plain is None and drafting is not None:
+            return 0  # cold: plain's first measurement
+        if self.idle > self.probe[not draft]:
+            self.trying = 1 if draft else self.TRY_ROUNDS
+            return 0 if draft else self.best()
+        return self.best() if draft else 0
 
 
 class EditDrafter:
@@ -238,8 +309,8 @@ class EditDrafter:
 
     def adaptive_k(self, **kw) -> AdaptiveK:
         """The draft length for generate(): starts at this drafter's k and may go back up to it,
-        or down to 0 when no draft pays (an answer that does not copy its region; a one-token
-        draft is retried every PROBE_STEPS); a lookup costs no draft step (c = 0)."""
+        or down to 0 where drafting measures slower than plain (an answer that does not copy its
+        region; drafting is tried again now and then); a lookup costs no draft step (c = 0)."""
         return AdaptiveK(self.k, 0, self.k, **{"c": 0.0, **kw})
 
     def propose(self, seq: list[int], k: int) -> Proposal:
