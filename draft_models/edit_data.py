@@ -295,9 +295,13 @@ def sample_ids(task: EditTask, tok, encode) -> tuple[list[int], int]:
     """Token ids of the task in the pair's own format, and where the answer starts (loss is
     taken from there: the region rewritten and the end-of-text token). `encode(text)` gives a
     document text's ids (never a special token)."""
+    return own_sample_ids(task.history, task.path, task.region_text(), task.region_text(task.expected), tok, encode)
+
+
+def own_sample_ids(history, path: str, region: str, answer: str, tok, encode) -> tuple[list[int], int]:
     ids: list[int] = []
-    for p in own_prompt(task.history, task.path, task.region_text()):
+    for p in own_prompt(history, path, region):
         ids += [tok.token_to_id(p.text)] if p.special else encode(p.text)
     start = len(ids)
-    ids += encode(task.region_text(task.expected)) + [tok.token_to_id("<|endoftext|>")]
+    ids += encode(answer) + [tok.token_to_id("<|endoftext|>")]
     return ids, start

@@ -23,9 +23,9 @@ from tokenizers import Tokenizer
 
 from . import DEFAULT_DIR
 from .data import PAD, corpus_files, read_source
-from .edit_data import make_task, sample_ids
+from .edit_data import make_task, own_sample_ids, sample_ids
 from .tokenizer import save_hf_tokenizer
-from .train import SampleStream, TrainConfig, run_stage
+from .train import SampleStream, TrainConfig, evaluate_loss, run_stage
 
 
 class MixedStream:
@@ -33,9 +33,9 @@ class MixedStream:
     of (seed, step), like SampleStream."""
 
     def __init__(self, texts: list[str], paths: list[str], tok: Tokenizer, seq_len: int, seed: int,
-                 edit_rate: float = 0.5, max_region_chars: int = 1400):
+                 edit_rate: float = 0.5, max_region_chars: int = 1400, copy_rate: float = 0.0):
         self.texts, self.paths, self.tok, self.seq_len, self.seed = texts, paths, tok, seq_len, seed
-        self.edit_rate, self.max_region_chars = edit_rate, max_region_chars
+        self.edit_rate, self.max_region_chars, self.copy_rate = edit_rate, max_region_chars, copy_rate
         self.plain = SampleStream(texts, tok, seq_len, seed)
         self.pad = tok.token_to_id(PAD)
         self.enc = lambda s: tok.encode(s).ids if s else []
@@ -51,14 +51,30 @@ class MixedStream:
                 return ids, start
         return None
 
+    def _copy(self, rng: random.Random) -> tuple[list[int], int]:
+        """A task with no history whose answer is its region unchanged: a few lines of code, or (a
+        third of them) the tokens of a few lines shuffled, where nothing but copying predicts the
+        answer (real tokens: their embeddings are trained, unlike rare ids). What grows the
+        induction heads an edit needs: every unchanged token of an answer is a copy."""
+        text = self.texts[rng.randrange(len(self.texts))]
+        lines = text.splitlines(keepends=True) or ["\n"]
+        lo = rng.randrange(len(lines))
+        region = "".join(lines[lo:lo + rng.randint(1, 20)])[: rng.randint(40, self.max_region_chars)]
+        if rng.random() < 1 / 3:
+            ids = self.enc(region)
+            rng.shuffle(ids)
+            region = self.tok.decode(ids).replace("\r", "") + "\n"
+        return own_sample_ids([], "x.py", region, region, self.tok, self.enc)
+
     def batch(self, step: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """A step is all edit tasks (twice `batch_size`: they are short) with probability
-        `edit_rate`, else ordinary samples; the batch is as long as its longest sample."""
+        `edit_rate`, else ordinary samples; the batch is as long as its longest sample. Of an
+        edit step's rows, `copy_rate` are copy tasks (`_copy`)."""
         rng = random.Random(self.seed * 1_000_003 + step)
         edits = rng.random() < self.edit_rate
         rows = []
         for _ in range(batch_size * 2 if edits else batch_size):
-            got = self._edit(rng) if edits else None
+            got = (self._copy(rng) if rng.random() < self.copy_rate else self._edit(rng)) if edits else None
             rows.append(got if got else (self.plain.sample(rng), 0))
         T = max(len(s) for s, _ in rows)
         x = torch.full((len(rows), T), self.pad, dtype=torch.long)
@@ -90,7 +106,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--max-region-chars", type=int, default=1400, help="shorter regions: an easier start")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--device", default="cpu", help="cuda where a GPU is lent (draft_models/gpu_finetune.sh)")
+    ap.add_argument("--workers", type=int, default=0, help="processes making batches ahead (with --device cuda)")
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--copy-steps", type=int, default=400,
+                    help="a first stage of copy tasks only (4 times --batch-size rows a step): a pair that never copies learns to")
+    ap.add_argument("--copy-rate", type=float, default=0.1, help="copy tasks among the edit rows after that")
     a = ap.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
     a.run_dir.mkdir(parents=True, exist_ok=True)
 
     def log(msg: str) -> None:
@@ -102,23 +127,33 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(a.seed)
     tok = Tokenizer.from_file(str(a.src / "target" / "tokenizer.json"))
     train_files, held_files = corpus_files(split="train"), corpus_files(split="heldout")
-    train = MixedStream([read_source(f) for f in train_files], [f.name for f in train_files], tok, a.ctx,
-                        a.seed, a.edit_rate, a.max_region_chars)
-    held = MixedStream([read_source(f) for f in held_files], [f.name for f in held_files], tok, a.ctx,
-                       a.seed + 1, a.edit_rate, a.max_region_chars)
-    tcfg = TrainConfig(steps=a.target_steps, batch_size=a.batch_size, lr=a.lr, warmup=30, ckpt_every=50,
-                       log_every=10, eval_every=250, eval_batches=6)
+    train_texts, train_paths = [read_source(f) for f in train_files], [f.name for f in train_files]
+    train = MixedStream(train_texts, train_paths, tok, a.ctx, a.seed, a.edit_rate, a.max_region_chars, a.copy_rate)
+    copy = MixedStream(train_texts, train_paths, tok, a.ctx, a.seed + 2, 1.0, 600, 1.0)
+    held_texts = [read_source(f) for f in held_files]
+    # evaluated apart: the answers of held-out edit tasks (does it copy and carry the change?) and
+    # ordinary held-out samples (completion must not get worse)
+    held = MixedStream(held_texts, [f.name for f in held_files], tok, a.ctx, a.seed + 1, 1.0, a.max_region_chars)
+    held_plain = MixedStream(held_texts, [f.name for f in held_files], tok, a.ctx, a.seed + 1, 0.0)
+    tcfg = TrainConfig(steps=a.target_steps, batch_size=a.batch_size, lr=a.lr, warmup=a.warmup, ckpt_every=50,
+                       log_every=10, eval_every=250, eval_batches=6, device=a.device,
+                       workers=a.workers)
     dcfg = replace(tcfg, steps=a.draft_steps, lr=a.lr * 5 / 3)
     log(f"fine-tune for next edits: ctx {a.ctx}, {len(train_files)} train / {len(held_files)} held-out files, "
         f"edit rate {a.edit_rate}, target {asdict(tcfg)}, draft steps {a.draft_steps}")
     target = _load(a.src / "target", a.ctx)
+    if a.copy_steps:
+        cres = run_stage("copy-target", target, copy, held, replace(tcfg, steps=a.copy_steps, batch_size=a.batch_size * 2),
+                         a.run_dir, log)
+        log(f"copy stage done: {json.dumps(cres)}")
     tres = run_stage("edits-target", target, train, held, tcfg, a.run_dir, log)
+    tres["plain"] = evaluate_loss(target, held_plain, tcfg)
     log(f"target done: {json.dumps(tres)}")
     target.eval()
     for p in target.parameters():
         p.requires_grad_(False)
     draft = _load(a.src / "draft", a.ctx)
-    dres = run_stage("edits-draft", draft, train, held, dcfg, a.run_dir, log, teacher=target)
+    dres = run_stage("edits-draft", draft, train, held_plain, dcfg, a.run_dir, log, teacher=target)
     log(f"draft done: {json.dumps(dres)}")
 
     target.config.completer_next_edit = True  # the engine's "auto" next-edit format asks it (Engine.edits_trained)

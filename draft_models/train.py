@@ -111,6 +111,37 @@ class TrainConfig:
     log_every: int = 20
     eval_every: int = 500
     eval_batches: int = 8
+    bf16: bool | None = None  # autocast the forward to bf16; None: on CUDA, or where the CPU does bf16 natively
+    device: str = "cpu"  # "cuda" where a GPU is lent (the recipe is the same; minutes instead of an hour)
+    workers: int = 0  # processes making batches ahead (a GPU step is faster than one process makes a batch)
+
+
+_STREAM = None  # the stream a forked batch worker reads (inherited, never pickled)
+
+
+def _batch_at(args: tuple[int, int]):
+    return _STREAM.batch(*args)
+
+
+def batches(stream, start: int, steps: int, batch_size: int, workers: int = 0):
+    """`stream.batch(step, batch_size)` for step in [start, steps), in order; made ahead by
+    `workers` forked processes when > 0 (batches are a pure function of the step, so the data
+    is the same either way)."""
+    if workers <= 0:
+        yield from (stream.batch(s, batch_size) for s in range(start, steps))
+        return
+    import multiprocessing
+
+    global _STREAM
+    _STREAM = stream
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        yield from pool.imap(_batch_at, ((s, batch_size) for s in range(start, steps)), chunksize=2)
+
+
+def native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 in hardware (AMX or AVX-512 BF16): there autocast trains
+    2-3x faster than fp32 (measured on an AMX Xeon: 1.2 vs 2.9 s a step); elsewhere bf16 is emulated, 20x slower."""
+    return bool(torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported())
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -124,9 +155,10 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 def evaluate_loss(model, stream: SampleStream, cfg: TrainConfig, teacher=None) -> dict:
     """Held-out next-token loss and accuracy (and agreement with `teacher` when given)."""
     model.eval()
+    dev = next(model.parameters()).device
     tot_loss = tot_ok = tot_agree = n = 0.0
     for k in range(cfg.eval_batches):
-        x, y = stream.batch(10_000_000 + k, cfg.batch_size)
+        x, y = (t.to(dev) for t in stream.batch(10_000_000 + k, cfg.batch_size))
         logits = model(input_ids=x).logits
         mask = y != -100
         tot_loss += F.cross_entropy(logits[mask], y[mask], reduction="sum").item()  # host sync: eval only
@@ -149,11 +181,15 @@ def run_stage(name: str, model, train: SampleStream, heldout: SampleStream, cfg:
     from tqdm import tqdm
 
     ckpt = run_dir / f"{name}.ckpt.pt"
+    dev = torch.device(cfg.device)
+    model.to(dev)  # before the optimizer: its state follows the parameters' device
+    if teacher is not None:
+        teacher.to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95),
                             weight_decay=cfg.weight_decay)
     step, elapsed = 0, 0.0
     if ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
+        state = torch.load(ckpt, weights_only=False, map_location=dev)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         step, elapsed = state["step"], state["elapsed"]
@@ -162,18 +198,25 @@ def run_stage(name: str, model, train: SampleStream, heldout: SampleStream, cfg:
     t0 = time.time() - elapsed
     # A log file (not a TTY) gets a progress line every 30 s instead of a redrawn bar.
     bar = tqdm(total=cfg.steps, initial=step, desc=name, mininterval=0.2 if os.isatty(2) else 30.0)
-    while step < cfg.steps:
+    bf16 = (dev.type == "cuda" or native_bf16()) if cfg.bf16 is None else cfg.bf16
+    if step == 0:
+        where = dev.type if dev.type != "cpu" else f"cpu, {torch.get_num_threads()} threads"
+        log(f"[{name}] forward in {'bf16 (autocast)' if bf16 else 'fp32'} on {where}")
+    for batch in batches(train, step, cfg.steps, cfg.batch_size, cfg.workers):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
-        x, y = train.batch(step, cfg.batch_size)
-        # fp32: this CPU class (AVX2, no AVX-512/AMX) emulates bf16, 20x slower than fp32 here.
-        logits = model(input_ids=x).logits  # [B, T, V]
+        x, y = (t.to(dev) for t in batch)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
+            logits = model(input_ids=x).logits  # [B, T, V]
+            if teacher is not None:
+                with torch.no_grad():
+                    tlogits = teacher(input_ids=x).logits
         mask = y != -100
+        logits = logits.float()
         if teacher is None:
             loss = F.cross_entropy(logits[mask], y[mask])
         else:
-            with torch.no_grad():
-                tlogits = teacher(input_ids=x).logits
+            tlogits = tlogits.float()
             loss = F.kl_div(F.log_softmax(logits[mask], -1), F.log_softmax(tlogits[mask], -1),
                             log_target=True, reduction="batchmean")
         opt.zero_grad(set_to_none=True)
@@ -196,6 +239,9 @@ def run_stage(name: str, model, train: SampleStream, heldout: SampleStream, cfg:
     bar.close()
     final = evaluate_loss(model, heldout, cfg, teacher)
     final.update(steps=step, minutes=(time.time() - t0) / 60)
+    model.to("cpu")
+    if teacher is not None:
+        teacher.to("cpu")
     return final
 
 

@@ -136,3 +136,32 @@ def test_expected_diff_is_small():
     ops = [o for o in difflib.SequenceMatcher(None, t.current, t.expected, autojunk=False).get_opcodes()
            if o[0] != "equal"]
     assert 1 <= len(ops) <= t.sites * 2
+
+
+def test_copy_tasks_answer_their_region_and_prefetched_batches_are_the_same(embedded_tokenizer):
+    """The fine-tune's copy stage (finetune_edits.MixedStream._copy): a prompt with no history
+    whose answer, the only tokens with a loss, is the region's tokens again (code, or a shuffle of
+    its tokens). Batches made ahead by forked workers (train.batches) equal those made in line."""
+    import torch
+
+    from draft_models.finetune_edits import MixedStream
+    from draft_models.train import batches
+
+    tok = embedded_tokenizer
+    texts = [SOURCE, SOURCE.replace("Store", "Shelf")]
+    stream = MixedStream(texts, ["a.py", "b.py"], tok, 512, seed=3, edit_rate=1.0, max_region_chars=300,
+                         copy_rate=1.0)
+    rng, shuffled = random.Random(0), 0
+    for _ in range(30):
+        ids, start = stream._copy(rng)
+        region = ids[:start - 1][2:]  # <fim_prefix> (no history) <fim_suffix> REGION <fim_middle>
+        assert ids[:2] == [tok.token_to_id("<fim_prefix>"), tok.token_to_id("<fim_suffix>")]
+        assert ids[start:-1] == region and ids[-1] == tok.token_to_id("<|endoftext|>")
+        shuffled += tok.decode(region) not in "".join(texts)
+    assert 0 < shuffled < 30
+    x, y = stream.batch(0, 2)
+    rows = (y != -100).any(1)
+    assert rows.all() and x.shape[0] == 4  # an edit step: twice the batch size, every row with an answer
+    inline = list(batches(stream, 2, 6, 2))
+    ahead = list(batches(stream, 2, 6, 2, workers=2))
+    assert len(ahead) == 4 and all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(inline, ahead))
