@@ -454,6 +454,7 @@ ENVIRONMENT = {
     "XDG_CONFIG_HOME": "the user config file is $XDG_CONFIG_HOME/completer/config.toml (default ~/.config)",
     "XDG_CACHE_HOME": "the native decode step is compiled into $XDG_CACHE_HOME/completer/native (default ~/.cache)",
     "COMPLETER_NATIVE": "0 turns the native CPU decode step off (the NumPy step serves)",
+    "COMPLETER_NATIVE_AMX": "0 keeps the native step's int8 products off AMX tiles (AVX-512 VNNI serves)",
 }
 
 

@@ -2,11 +2,16 @@
 
 Why compiled here and not shipped: the kernels use the widest vector extensions the CPU reports
 (AVX-512 + VNNI, or AVX2 + FMA + F16C), and one machine's binary can fault on the next (these VMs
-alternate AMD AVX2-only, AMD AVX-512 and Intel AVX-512 with AMX that faults). So the flags come
-from /proc/cpuinfo at run time (never -march=native, never AMX) and each set gets its own
-library in the cache, keyed by the source, the flags and the compiler. One translation unit, no
-torch or Python headers: ~1.5 s of g++ once per machine and feature set. Without a compiler or
-AVX2 `load()` returns None and the reason, and callers keep the NumPy step.
+alternate AMD AVX2-only, AMD AVX-512 and Intel AVX-512 with AMX). So the flags come from
+/proc/cpuinfo at run time (never -march=native) and each set gets its own library in the cache,
+keyed by the source, the flags and the compiler. Where the CPU reports AMX (amx_tile, amx_int8)
+the AVX-512 VNNI build gets -DNSTEP_AMX ("avx512vnni+amx"): int8 products of 7+ rows (a verify
+of 6+ drafts, prefill) on AMX tiles, once `load` has asked the kernel for the tile state
+(nstep_amx_init: without that permission the first tile instruction faults, as it did for a
+llama.cpp built -march=native here); refused, `load` says why and the caller takes the build
+without AMX. One translation unit, no torch or Python headers: ~1.5 s of g++ once per machine and
+feature set. Without a compiler or AVX2 `load()` returns None and the reason, and callers keep
+the NumPy step.
 
 `pack(w, kind)` lays a weight out as the kernels read it (see step.cpp's header): blocks of BW
 output columns, f32/f16 as [N/BW][K][BW], int8 as [N/BW][K/4][BW][4] with per-channel scales
@@ -39,14 +44,22 @@ def cpu_flags() -> set[str]:
     return set(line.partition(":")[2].split())
 
 
+AMX = frozenset({"amx_tile", "amx_int8"})  # what /proc/cpuinfo reports for AMX's int8 tiles
+
+
 def isa_flags(flags: set[str]) -> tuple[str, list[str]] | None:
-    """(name, compiler flags) for the widest supported set, None below AVX2 + FMA + F16C."""
+    """(name, compiler flags) for the widest supported set, None below AVX2 + FMA + F16C. AMX
+    only beside AVX-512 VNNI, and only as -DNSTEP_AMX: its functions carry their own target
+    attribute, so nothing else in the library can use a tile instruction."""
     if not {"avx2", "fma", "f16c"} <= flags:
         return None
     base = ["-mavx2", "-mfma", "-mf16c"]
     if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
         if "avx512_vnni" in flags:
-            return "avx512vnni", base + ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni"]
+            vnni = base + ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni"]
+            if AMX <= flags:
+                return "avx512vnni+amx", vnni + ["-DNSTEP_AMX"]
+            return "avx512vnni", vnni
         return "avx512", base + ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq"]
     return "avx2", base
 
@@ -97,7 +110,8 @@ def _build(cache: Path, cxx: str, name: str, flags: list[str]) -> Path:
 
 def load(cache: Path, flags: set[str] | None = None) -> tuple[ctypes.CDLL | None, str]:
     """(the library, its ISA name) or (None, why not); built into `cache` on first use. `flags`:
-    CPU flags to build for instead of this CPU's (tests build the AVX2 variant on AVX-512)."""
+    CPU flags to build for instead of this CPU's (tests build the AVX2 variant on AVX-512, and
+    the one without AMX on an AMX machine). The AMX build is returned only with AMX granted."""
     key = (cache, None if flags is None else frozenset(flags))
     with _lock:
         if key not in _loaded:
@@ -124,6 +138,11 @@ def _load(cache: Path, flags: set[str]) -> tuple[ctypes.CDLL | None, str]:
     lib.nstep_greedy.argtypes = [*lib.nstep_forward.argtypes[:8], ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                                  ctypes.c_int]
     lib.nstep_matmul.argtypes = [ctypes.POINTER(Mat), ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    if "-DNSTEP_AMX" in isa[1]:
+        err = lib.nstep_amx_init()  # arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA): 0 or an errno
+        if err:
+            why = os.strerror(err) if err > 0 else "granted but not reported"
+            return None, f"the kernel refused AMX's tile state (arch_prctl: {why})"
     return lib, isa[0]
 
 

@@ -2,7 +2,8 @@
 for every family and weight storage the NumPy step takes, for 1..32 new tokens, as the target and
 as a draft; int8 products equal fbgemm's; batched steps over its caches stay exact; with the
 library disabled the NumPy step serves and says why. The AVX2 build is checked too (machines
-alternate AVX2 and AVX-512)."""
+alternate AVX2 and AVX-512), and where the CPU has AMX its int8 products equal the VNNI build's
+to the bit (COMPLETER_NATIVE_AMX=0 runs this file on the VNNI path)."""
 from __future__ import annotations
 
 import ctypes
@@ -229,14 +230,93 @@ def test_fallback_is_taken_and_said(lib, monkeypatch, caplog):
 
 
 def test_flags_come_from_the_cpu():
-    """Built for what the CPU reports: AVX-512 (+VNNI) or AVX2, never -march=native or AMX."""
+    """Built for what the CPU reports: AVX-512 (+VNNI) or AVX2, never -march=native; AMX's kernels
+    (-DNSTEP_AMX, their own target attribute: no -mamx flag for the rest) only beside VNNI and
+    only with both amx_tile and amx_int8."""
     assert native.isa_flags({"sse2", "avx"}) is None
-    name, flags = native.isa_flags(AVX2 | {"amx_tile", "amx_int8"})
-    assert name == "avx2" and not any("amx" in f or "march" in f for f in flags)
+    name, flags = native.isa_flags(AVX2 | native.AMX)
+    assert name == "avx2" and not any("AMX" in f or "amx" in f or "march" in f for f in flags)
     base512 = AVX2 | {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
     assert native.isa_flags(base512)[0] == "avx512"
     name, flags = native.isa_flags(base512 | {"avx512_vnni", "amx_tile"})
-    assert name == "avx512vnni" and "-mavx512vnni" in flags and not any("amx" in f for f in flags)
+    assert name == "avx512vnni" and "-mavx512vnni" in flags and not any("AMX" in f or "amx" in f for f in flags)
+    name, flags = native.isa_flags(base512 | {"avx512_vnni"} | native.AMX)
+    assert name == "avx512vnni+amx" and "-DNSTEP_AMX" in flags and not any("-mamx" in f or "march" in f for f in flags)
+
+
+@pytest.fixture
+def amx_and_vnni(lib):
+    """(the AMX build with AMX from 2 rows on, the same source built without AMX); skipped where
+    the CPU reports no AMX or the kernel refuses it."""
+    flags = native.cpu_flags()
+    if not native.AMX <= flags:
+        pytest.skip("this CPU reports no AMX (amx_tile, amx_int8): the VNNI / AVX2 kernels are the only ones")
+    amx, why = native.load(cache_dir(), flags)
+    if amx is None:
+        pytest.skip(f"no AMX build here: {why}")
+    vnni, why = native.load(cache_dir(), flags - native.AMX)
+    assert vnni is not None and why == "avx512vnni", why
+    before = amx.nstep_amx_rows(2)
+    assert before > 0 and vnni.nstep_amx_rows(2) == 0
+    yield amx, vnni
+    amx.nstep_amx_rows(before)
+
+
+def test_amx_products_equal_vnni(amx_and_vnni):
+    """TDPBUSD sums the same u8·s8 products into int32 as vpdpbusd, and the scaling after is the
+    same code: equal to the last bit, for K with and without a tail past 64 bytes (the tail's B
+    tile copied), 1..33 and 100 rows (A tiles of up to 16 rows, the last one padded), 1 and 2
+    threads (each loads its own tile configuration)."""
+    amx, vnni = amx_and_vnni
+    g = torch.Generator().manual_seed(0)
+    for N, K in ((64, 64), (100, 36), (200, 130), (33, 7), (130, 288), (64, 768)):
+        q, scale = kq.quantize_int8(torch.randn(N, K, generator=g))
+        pk = native.Packed("int8", amx.nstep_block_width(), q=q.numpy(), scale=scale.numpy())
+        for T in [*range(1, 34), 100]:
+            x = torch.randn(T, K, generator=g) * 3
+            ys = []
+            for lb, nt in ((vnni, 1), (amx, 1), (amx, 2)):
+                ys.append(np.empty((T, N), np.float32))
+                lb.nstep_matmul(ctypes.byref(pk.mat), x.numpy().ctypes.data, T, ys[-1].ctypes.data, nt)
+            assert np.array_equal(ys[0], ys[1]) and np.array_equal(ys[0], ys[2]), (N, K, T)
+
+
+@pytest.mark.parametrize("case", ["mistral", "qwen2", "qwen3"])
+def test_amx_step_equals_vnni(amx_and_vnni, case):
+    """Whole forwards of 1..32 rows with int8 weights on the AMX build equal the VNNI build's to
+    the bit (so do their greedy ids), and so does a draft's greedy proposal."""
+    amx, vnni = amx_and_vnni
+    w = weights(case, "int8", seed=2)
+    runners = [NativeRunner(w, lb, 128) for lb in (amx, vnni)]
+    ids = torch.randint(0, 256, (128,), generator=torch.Generator().manual_seed(4)).tolist()
+    for r in runners:
+        r.out = [r.forward(ids[:30])]
+        for T in range(1, 33):
+            r.out.append(r.forward(ids[30:30 + T]))
+            r.truncate(30)
+        r.out.append(r.greedy(ids[30:39], 4))
+    for a, b in zip(*(r.out for r in runners)):
+        assert (a == b if isinstance(a, list) else torch.equal(a, b)), case
+
+
+def test_amx_choice_is_said(lib, monkeypatch, caplog):
+    """One line says whether int8 products run on AMX, and if not, why: COMPLETER_NATIVE_AMX=0
+    (read through config.env) takes the build without AMX."""
+    amx_cpu = native.AMX <= native.cpu_flags()
+    for off in (False, True):
+        monkeypatch.setattr(native_lib, "_announced", set())
+        if off:
+            monkeypatch.setenv("COMPLETER_NATIVE_AMX", "0")
+        with caplog.at_level(logging.INFO, logger="completer.engine.native_lib"):
+            caplog.clear()
+            got, again = native_lib.native_or_none(), native_lib.native_or_none()
+        said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("native decode step")]
+        assert got is again and len(said) == 1, said
+        if amx_cpu and not off and got.nstep_amx_rows(-1) > 0:
+            assert said[0].endswith(f"int8 products of {got.nstep_amx_rows(-1)}+ rows on AMX tiles"), said
+        else:
+            why = "disabled by COMPLETER_NATIVE_AMX" if amx_cpu and off else "" if amx_cpu else "reports no AMX"
+            assert "not AMX (" in said[0] and why in said[0] and got.nstep_amx_rows(-1) == 0, said
 
 
 @pytest.mark.parametrize("restricted", [False, True])

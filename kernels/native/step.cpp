@@ -3,13 +3,17 @@
 // embedding, RMSNorm, the products, q/k norm, RoPE, the K/V write into the runner's cache,
 // attention over the cached positions, the gated SiLU MLP, residuals and the LM head, with no
 // Python in between. Built on the user's machine with the vector extensions its CPU reports
-// (native.py picks -mavx512* or -mavx2; never -march=native, never AMX), one library per set.
+// (native.py picks -mavx512* or -mavx2; never -march=native), one library per set. Where the CPU
+// reports AMX, native.py builds a variant with -DNSTEP_AMX: its AMX functions carry their own
+// target attribute, and run only after nstep_amx_init() got the kernel's permission.
 //
 // Products y[T, N] = x[T, K] @ W^T read W once per block of BW output columns for all T rows:
 // - f32 / f16 weights: blocked [N/BW][K][BW] (f16 widened in registers, fp32 math);
 // - int8: fbgemm's dynamic scheme, so results match the fbgemm path the Python step takes:
 //   per-tensor asymmetric uint8 activations in [0, 127] (reduce_range), per-channel symmetric
-//   int8 weights blocked [N/BW][K/4][BW][4] for vpdpbusd (AVX512-VNNI) or vpmaddubsw.
+//   int8 weights blocked [N/BW][K/4][BW][4] for vpdpbusd (AVX512-VNNI) or vpmaddubsw. With AMX
+//   (NSTEP_AMX, forwards of 7+ rows) the same layout is TDPBUSD's B operand as it is: 16 columns
+//   × 4 bytes of one K/4 row are 64 contiguous bytes, a row of a B tile at a stride of BW·4.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -19,6 +23,12 @@
 #include <vector>
 #ifdef _OPENMP
 #include <omp.h>
+#endif
+#if defined(NSTEP_AMX)
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
 #endif
 
 #if defined(__AVX512F__)
@@ -130,6 +140,15 @@ constexpr int TRF = 6, TRI = 6, TR4 = 2;  // rows per register tile (accumulator
 constexpr int TRF = 2, TRI = 2, TR4 = 1;  // 16 registers
 #endif
 
+// int8 products of this many rows or more run on AMX (0: none; set by nstep_amx_init). From 7:
+// up to 6 rows VNNI reads the weights once (one register tile) and measured cheaper (the
+// embedded target's products, one thread, an Intel Xeon with AMX, loaded: AMX 6-20 % dearer at
+// 2-6 rows); from 7 VNNI reads them twice and AMX, once for up to 16 rows, is 20 % cheaper at 8
+// rows, 26 % at 9, 28 % at 16.
+static int g_amx_rows = 0;
+static bool g_amx_granted = false;
+constexpr int AMX_ROWS = TRI + 1, AR = 16;  // AR: rows of an A / C tile at most
+
 extern "C" {
 
 // One weight matrix, y = x @ W^T with W [N, K]; layouts in the header comment.
@@ -167,6 +186,32 @@ struct Model {
 int nstep_block_width() { return BW; }
 
 int nstep_max_head_dim() { return 16 * VW; }
+
+// Ask the kernel for AMX's tile data (Linux grants it per process; without it the first tile
+// instruction faults) and use AMX from then on: 0, or why not (an errno; -1 granted but not
+// reported; -2 a build without NSTEP_AMX).
+int nstep_amx_init() {
+#if defined(NSTEP_AMX)
+  constexpr int ARCH_GET_XCOMP_PERM = 0x1022, ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
+  if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return errno;
+  unsigned long granted = 0;
+  if (syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &granted) != 0 || !(granted & (1ul << XFEATURE_XTILEDATA)))
+    return -1;
+  g_amx_granted = true;
+  g_amx_rows = AMX_ROWS;
+  return 0;
+#else
+  return -2;
+#endif
+}
+
+// From how many rows int8 products run on AMX (0: none; tests set 2 to check every tile shape;
+// -1 only asks), once nstep_amx_init() granted AMX. Returns the number before.
+int nstep_amx_rows(int rows) {
+  int before = g_amx_rows;
+  if (g_amx_granted && rows >= 0) g_amx_rows = rows > 0 ? std::max(rows, 2) : 0;
+  return before;
+}
 
 int nstep_isa() {
 #if defined(__AVX512VNNI__)
@@ -324,12 +369,26 @@ static void rows_f(const float* x, int ldx, int T, const Mat& m, int nb, float* 
   }
 }
 
+// fbgemm's ReQuantizeForFloat over r rows of int32 products acc[r][BW] of block n0:
+// y = (acc - zp·colsum) · (xs·ws) (+ bias), into `tile` then y.
+static inline void requant(const int32_t* acc, int r, const Mat& m, int n0, int32_t zp, float xs, float* tile,
+                           float* y, int ldy, bool add) {
+  VI zpv = viset1(zp);
+  for (int j = 0; j < NV; j++) {
+    VI cs = viloadi(m.colsum + n0 + j * VW);
+    V mult = vmul(vset1(xs), vload(m.scale + n0 + j * VW));
+    for (int t = 0; t < r; t++) {
+      VI a = visub(viloadi(acc + t * BW + j * VW), vimul(zpv, cs));
+      vstore(tile + t * BW + j * VW, vmul(vcvt(a), mult));
+    }
+  }
+  put(y, ldy, n0, m.N, tile, r, m.bias, add);
+}
+
 static void rows_i8(const uint8_t* xq, int T, const Mat& m, int nb, int32_t zp, float xs, float* y, int ldy, bool add) {
   alignas(64) int32_t acc[TRI * BW];
   alignas(64) float tile[TRI * BW];
   const int8_t* base = (const int8_t*)m.w + (size_t)nb * m.Kp * BW;
-  const int n0 = nb * BW;
-  VI zpv = viset1(zp);
   for (int t = 0; t < T;) {
     int r = std::min(T - t, (int)TRI);
     const uint8_t* xr = xq + (size_t)t * m.Kp;
@@ -343,18 +402,100 @@ static void rows_i8(const uint8_t* xq, int T, const Mat& m, int nb, int32_t zp, 
       case 6: tile_i8<6>(xr, m.Kp, base, m.Kp, acc); break;
 #endif
     }
-    for (int j = 0; j < NV; j++) {  // fbgemm's ReQuantizeForFloat: (acc - zp·colsum) · (xs·ws)
-      VI cs = viloadi(m.colsum + n0 + j * VW);
-      V mult = vmul(vset1(xs), vload(m.scale + n0 + j * VW));
-      for (int t = 0; t < r; t++) {
-        VI a = visub(viloadi(acc + t * BW + j * VW), vimul(zpv, cs));
-        vstore(tile + t * BW + j * VW, vmul(vcvt(a), mult));
-      }
-    }
-    put(y + (size_t)t * ldy, ldy, n0, m.N, tile, r, m.bias, add);
+    requant(acc, r, m, nb * BW, zp, xs, tile, y + (size_t)t * ldy, ldy, add);
     t += r;
   }
 }
+
+#if defined(NSTEP_AMX)
+static_assert(BW == 64, "AMX: a weight block is four B tiles of 16 columns");
+
+// The tile configuration (ldtilecfg's 64 bytes, palette 1). Tiles 0..3: C, R rows × 16 int32
+// (one per 16 columns of the block); 4, 5: A, R rows × 64 uint8 (64 of K); 6, 7: B, 16 K/4-rows
+// × 64 bytes. A and B alternate between two tiles so that a load can overlap the product that
+// reads the other.
+struct alignas(64) TileCfg {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+
+__attribute__((target("amx-tile,amx-int8"))) static void amx_config(int R) {
+  TileCfg c;
+  memset(&c, 0, sizeof c);
+  c.palette = 1;
+  for (int i = 0; i < 8; i++) c.colsb[i] = 64, c.rows[i] = i < 6 ? (uint8_t)R : 16;
+  // gcc's _tile_loadconfig tells the compiler it reads 8 bytes: without this barrier the stores
+  // above are dead to it, and a stale or empty configuration makes the next tile op fault
+  __asm__ __volatile__("" : : "r"(&c) : "memory");
+  _tile_loadconfig(&c);
+}
+
+__attribute__((target("amx-tile,amx-int8"))) static void amx_release() { _tile_release(); }
+
+// C[R × 64 cols] += A[R × 64 of K at k] · B[64 of K × 64 cols at wk], A in tile TA, B through 6, 7.
+// The weights 64 of K ahead (the next block's after the last) are prefetched: tile loads alone
+// left the 8192×288 head at 2 rows 1.43× its 1-row VNNI time, prefetched 1.23× (no gain 8 KB ahead).
+#define NSTEP_AMX_K64(TA, k, wk)                                \
+  do {                                                          \
+    for (int p_ = 0; p_ < 4096; p_ += 64) _mm_prefetch((const char*)(wk) + 4096 + p_, _MM_HINT_T0); \
+    _tile_loadd(TA, xr + (k), ldx);                             \
+    _tile_loadd(6, (wk), bstride);                              \
+    _tile_loadd(7, (wk) + 64, bstride);                         \
+    _tile_dpbusd(0, TA, 6);                                     \
+    _tile_loadd(6, (wk) + 128, bstride);                        \
+    _tile_dpbusd(1, TA, 7);                                     \
+    _tile_loadd(7, (wk) + 192, bstride);                        \
+    _tile_dpbusd(2, TA, 6);                                     \
+    _tile_dpbusd(3, TA, 7);                                     \
+  } while (0)
+
+// Weight block nb against all T rows (xq: ldx = Kp rounded up to 64 bytes a row, rows padded to a
+// multiple of R, the padding zero): per R rows, C = Σ over K of A · B by TDPBUSD (the same exact
+// u8·s8 sums into int32 as vpdpbusd), then rows_i8's epilogue. The K tail past the last 64 bytes
+// of the block (Kp % 64) is copied into a zero-padded B tile: the block's end is not read past.
+// Needs amx_config(R).
+__attribute__((target("amx-tile,amx-int8"))) static void rows_i8_amx(const uint8_t* xq, int ldx, int T, int R,
+                                                                     const Mat& m, int nb, int32_t zp, float xs,
+                                                                     float* y, int ldy, bool add) {
+  alignas(64) int32_t acc[AR * BW];
+  alignas(64) float tile[AR * BW];
+  alignas(64) int8_t tail[16 * BW * 4];
+  const int8_t* base = (const int8_t*)m.w + (size_t)nb * m.Kp * BW;
+  const int kfull = m.Kp / 64 * 64;
+  const long bstride = BW * 4;  // bytes from one K/4 row of the block to the next
+  if (kfull < m.Kp) {
+    const size_t have = (size_t)(m.Kp - kfull) / 4 * bstride;
+    memcpy(tail, base + (size_t)kfull / 4 * bstride, have);
+    memset(tail + have, 0, sizeof tail - have);
+  }
+  for (int t = 0; t < T; t += R) {
+    const uint8_t* xr = xq + (size_t)t * ldx;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    int k = 0;
+    for (; k + 128 <= kfull; k += 128) {
+      NSTEP_AMX_K64(4, k, base + (size_t)k / 4 * bstride);
+      NSTEP_AMX_K64(5, k + 64, base + (size_t)(k + 64) / 4 * bstride);
+    }
+    if (k < kfull) {
+      NSTEP_AMX_K64(4, k, base + (size_t)k / 4 * bstride);
+      k += 64;
+      if (kfull < m.Kp) NSTEP_AMX_K64(5, k, tail);
+    } else if (kfull < m.Kp) {
+      NSTEP_AMX_K64(4, k, tail);
+    }
+    _tile_stored(0, acc, bstride);
+    _tile_stored(1, acc + 16, bstride);
+    _tile_stored(2, acc + 32, bstride);
+    _tile_stored(3, acc + 48, bstride);
+    requant(acc, std::min(R, T - t), m, nb * BW, zp, xs, tile, y + (size_t)t * ldy, ldy, add);
+  }
+}
+#undef NSTEP_AMX_K64
+#endif
 
 // int4 weights (group G, w = (q - z)·s, q in 0..15) against the same uint8 activations: per group
 // the integer dot I = Σ xq·q (nibbles unpacked in registers: byte i of a column holds k = 8j + i
@@ -502,11 +643,29 @@ static void matmul(const Mat& m, const float* x, int ldx, int T, float* y, int l
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int nb = 0; nb < nblocks; nb++) rows_i4(xq, A, T, m, nb, zp, xs, y, ldy, add);
   } else if (m.kind == 2) {
-    if (s.xq.size() < (size_t)T * m.Kp) s.xq.resize((size_t)T * m.Kp);
+    const bool amx = g_amx_rows > 0 && T >= g_amx_rows;
+    // AMX: R rows per A tile (TDPBUSD's time grows with them), the last tile's padding zero
+    const int R = (T + (T + AR - 1) / AR - 1) / ((T + AR - 1) / AR);
+    const size_t rows = amx ? (size_t)(T + R - 1) / R * R : (size_t)T;
+    const int lq = amx ? (m.Kp + 63) / 64 * 64 : m.Kp;  // AMX: whole 64-byte A tile rows
+    if (s.xq.size() < rows * lq) s.xq.resize(rows * lq);
     int32_t zp;
     float xs;
-    quantize_rows(x, ldx, T, m.K, m.Kp, s.xq.data(), &zp, &xs);
+    quantize_rows(x, ldx, T, m.K, lq, s.xq.data(), &zp, &xs);
     const uint8_t* xq = s.xq.data();
+#if defined(NSTEP_AMX)
+    if (amx) {
+      memset(s.xq.data() + (size_t)T * lq, 0, (rows - T) * lq);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+      {
+        amx_config(R);  // per thread: tile state is a thread's own
+#pragma omp for schedule(static)
+        for (int nb = 0; nb < nblocks; nb++) rows_i8_amx(xq, lq, T, R, m, nb, zp, xs, y, ldy, add);
+        amx_release();
+      }
+      return;
+    }
+#endif
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int nb = 0; nb < nblocks; nb++) rows_i8(xq, T, m, nb, zp, xs, y, ldy, add);
   } else if (m.kind == 1) {
