@@ -165,3 +165,25 @@ def test_copy_tasks_answer_their_region_and_prefetched_batches_are_the_same(embe
     inline = list(batches(stream, 2, 6, 2))
     ahead = list(batches(stream, 2, 6, 2, workers=2))
     assert len(ahead) == 4 and all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(inline, ahead))
+
+
+def test_induction_rows_repeat_a_string_of_frequent_tokens(embedded_tokenizer):
+    """The fine-tune's first stage (finetune_edits.InductionStream): `<fim_suffix> s <fim_middle>
+    s s`, the loss on the two repeats only, s drawn from the given frequent tokens; a pure
+    function of the step."""
+    import torch
+
+    from draft_models.finetune_edits import InductionStream
+
+    tok = embedded_tokenizer
+    frequent = list(range(100, 140))
+    stream = InductionStream(frequent, tok, seed=1)
+    x, y = stream.batch(7, 3)
+    n = (x.shape[1] - 2) // 3
+    assert 16 <= n <= 48 and x.shape == (3, 3 * n + 2)
+    for row, lab in zip(x.tolist(), y.tolist()):
+        s = row[1:n + 1]
+        assert row == [tok.token_to_id("<fim_suffix>")] + s + [tok.token_to_id("<fim_middle>")] + s + s
+        assert set(s) <= set(frequent)
+        assert [t for t in lab if t != -100] == s + s and lab[n + 1:3 * n + 1] == s + s
+    assert all(torch.equal(a, b) for a, b in zip(stream.batch(7, 3), (x, y)))
