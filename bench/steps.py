@@ -8,7 +8,9 @@
    measurement behind EngineConfig.decode_threads' default of 1.
 2. Median ms of a forward of T new tokens (a verify of T-1 drafts) through the native step, the
    NumPy step (its fallback) and the torch forward (prefill's path, past SHORT tokens), and
-   verify(k)/step = forward(k+1)/forward(1) per runner: what adaptive k plans with.
+   verify(k)/step = forward(k+1)/forward(1) per runner: what adaptive k plans with. Where the
+   native step runs int8 products on AMX, "no-AMX" is the same step built without it (what
+   COMPLETER_NATIVE_AMX=0 gives), side by side.
 3. The draft's step (the embedded pair's, head restricted as the engine does) and c = draft
    step / target step per runner.
 The methods take turns within each repetition, so a drifting machine hits them alike. The CPU's
@@ -69,7 +71,7 @@ def main() -> int:
     a = ap.parse_args()
     torch.set_num_threads(2)
     from completer.engine.engine import Engine, EngineConfig
-    from completer.engine.native_lib import library
+    from completer.engine.native_lib import cache_dir, library
     from completer.engine.native_runner import NativeRunner
     from completer.engine.np_runner import NumpyRunner
     from completer.engine.runner import LlamaRunner
@@ -119,11 +121,21 @@ def main() -> int:
     nat, nump = native[1], numpy[1]
     # torch: the prefill path (torch glue around the same native products)
     fwd = {"native": nat.forward, "numpy": nump.forward, "torch": lambda ids: LlamaRunner.forward(nat, ids)}
+    run_of = {"native": nat, "numpy": nump, "torch": nat}
+    if isa.endswith("+amx"):
+        from completer_kernels import native as kn
+
+        vnni, why = kn.load(cache_dir(), kn.cpu_flags() - kn.AMX)
+        if vnni is None:
+            raise SystemExit(f"the build without AMX failed: {why}")
+        run_of["no-AMX"] = NativeRunner(pair.target, vnni, n, 1)
+        run_of["no-AMX"].forward(list(range(10, 10 + PROMPT)))
+        fwd["no-AMX"] = run_of["no-AMX"].forward
     times: dict = {}
     for _ in range(a.reps):
         for T in sizes:
             for name, f in fwd.items():
-                r = nump if name == "numpy" else nat
+                r = run_of[name]
                 t0 = time.perf_counter()
                 f(list(range(100, 100 + T)))
                 times.setdefault((T, name), []).append((time.perf_counter() - t0) * 1e3)
