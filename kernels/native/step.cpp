@@ -765,6 +765,135 @@ static void attend_row(const float* qr, const float* K, const float* Vv, int hd,
   vstorem(o + (NH - 1) * VW, vmul(acc[NH - 1], iv), tail);
 }
 
+// Scores of RS rows over keys K[0..n): s[i][j] = qs[i] · k_j (q rows zero past hd). Each key row is loaded into
+// registers once for the RS rows (the K cache of a head, ~115 KB at depth 400, sits in L2: read
+// once per row it bounded a verify by L2 bandwidth); one horizontal sum per key and row remains.
+template <int NH, int RS>
+static inline void score_rows(const float* qs, int ldq, const float* K, int hd, int n, float* s, int lds) {
+  const int tail = hd - (NH - 1) * VW;
+  for (int j = 0; j < n; j++) {
+    const float* kr = K + (size_t)j * hd;
+    V k[NH];
+    #pragma GCC unroll 16
+    for (int c = 0; c < NH - 1; c++) k[c] = vload(kr + c * VW);
+    k[NH - 1] = vloadm(kr + (NH - 1) * VW, tail);
+    #pragma GCC unroll 16
+    for (int i = 0; i < RS; i++) {
+      const float* qi = qs + (size_t)i * ldq;
+      V a = vmul(vload(qi), k[0]);
+      #pragma GCC unroll 16
+      for (int c = 1; c < NH; c++) a = vfma(vload(qi + c * VW), k[c], a);
+      s[(size_t)i * lds + j] = vsum(a);
+    }
+  }
+}
+
+// Values for RN rows: o_i = inv_i · Σ_j w[i][j] · v_j over keys [jlo, jhi) (weights of keys a row
+// does not see are 0), each value row loaded once for the RN rows. Row r0 + i is head
+// hA + (r0 + i) / T at t = (r0 + i) % T.
+template <int NH, int RN>
+static inline void value_rows(const float* w, int ldw, const float* Vv, int hd, int jlo, int jhi, const float* inv,
+                              float* out, int ldo, int T, int hA, int r0) {
+  const int tail = hd - (NH - 1) * VW;
+  V acc[RN][NH];
+  #pragma GCC unroll 16
+  for (int i = 0; i < RN; i++)
+    #pragma GCC unroll 16
+    for (int c = 0; c < NH; c++) acc[i][c] = vzero();
+  for (int j = jlo; j < jhi; j++) {
+    const float* vr = Vv + (size_t)j * hd;
+    #pragma GCC unroll 16
+    for (int i = 0; i < RN; i++) {
+      const V wi = vset1(w[(size_t)i * ldw + j]);
+      #pragma GCC unroll 16
+      for (int c = 0; c < NH - 1; c++) acc[i][c] = vfma(wi, vload(vr + c * VW), acc[i][c]);
+      acc[i][NH - 1] = vfma(wi, vloadm(vr + (NH - 1) * VW, tail), acc[i][NH - 1]);
+    }
+  }
+  #pragma GCC unroll 16
+  for (int i = 0; i < RN; i++) {
+    float* o = out + (size_t)((r0 + i) % T) * ldo + (size_t)(hA + (r0 + i) / T) * hd;
+    const V iv = vset1(inv[i]);
+    #pragma GCC unroll 16
+    for (int c = 0; c < NH - 1; c++) vstore(o + c * VW, vmul(acc[i][c], iv));
+    vstorem(o + (NH - 1) * VW, vmul(acc[i][NH - 1], iv), tail);
+  }
+}
+
+#if defined(__AVX512F__)
+constexpr int NREG = 32;
+#else
+constexpr int NREG = 16;
+#endif
+
+// Attention of the R = (hB - hA)·T query rows that share one K/V head (a GQA group's heads hA..hB
+// at positions p..p+T), reading each key and value once for all R rows instead of once per row:
+// 1. scores: each key row loaded once for RS rows (score_rows);
+// 2. a softmax per row over the keys it sees (causal: pos + 1; Mistral's window), kept as weights;
+// 3. values: each value row loaded once for RV rows, RV·NH accumulators in registers.
+// Row r is head hA + r / T at position p + r % T.
+template <int NH>
+static void attend_group(const float* q, int ldq, const float* K, const float* Vv, int hd, int p, int T, int hA,
+                         int hB, int window, float scale, float* out, int ldo, std::vector<float>& buf) {
+  constexpr int RS = 8, RV = std::max(1, std::min(8, (NREG - 2) / NH));
+  const int R = (hB - hA) * T;
+  const int lo0 = window > 0 ? std::max(0, p - window + 1) : 0;  // keys some row sees: [lo0, p + T)
+  const int n = p + T - lo0, np = (n + VW - 1) / VW * VW;
+  static thread_local std::vector<int> span;
+  span.resize(2 * (size_t)R);
+  constexpr int W = NH * VW;
+  buf.resize((size_t)R * W + (size_t)R * np + R);
+  float* qs = buf.data();                     // [R, W] queries · scale, zero past hd
+  float* S = qs + (size_t)R * W;              // [R, np] scores, then exp(score - max)
+  float* inv = S + (size_t)R * np;            // [R] 1 / sum of a row's weights
+  int *lo = span.data(), *hi = lo + R;        // [R] the keys row r sees: [lo, hi) from lo0
+  for (int r = 0; r < R; r++) {
+    const int t = r % T, pos = p + t;
+    const float* qr = q + (size_t)t * ldq + (size_t)(hA + r / T) * hd;
+    for (int d = 0; d < W; d++) qs[(size_t)r * W + d] = d < hd ? qr[d] * scale : 0.f;
+    lo[r] = (window > 0 ? std::max(0, pos - window + 1) : 0) - lo0;
+    hi[r] = pos + 1 - lo0;
+  }
+  for (int r0 = 0; r0 < R;) {  // RS rows at a time, then 4, 2, 1
+    const float* qr = qs + (size_t)r0 * W;
+    const float* K0 = K + (size_t)lo0 * hd;
+    float* s0 = S + (size_t)r0 * np;
+    const int left = R - r0;
+    if (left >= RS) score_rows<NH, RS>(qr, W, K0, hd, n, s0, np), r0 += RS;
+    else if (left >= 4) score_rows<NH, 4>(qr, W, K0, hd, n, s0, np), r0 += 4;
+    else if (left >= 2) score_rows<NH, 2>(qr, W, K0, hd, n, s0, np), r0 += 2;
+    else score_rows<NH, 1>(qr, W, K0, hd, n, s0, np), r0 += 1;
+  }
+  for (int r = 0; r < R; r++) {
+    float* s = S + (size_t)r * np;
+    for (int j = 0; j < lo[r]; j++) s[j] = -INFINITY;
+    for (int j = hi[r]; j < np; j++) s[j] = -INFINITY;
+    V mv = vset1(-INFINITY);
+    for (int j = lo[r] / VW * VW; j < np; j += VW) mv = vmax(mv, vload(s + j));
+    const V neg = vset1(-vhmax(mv));
+    const int j0 = lo[r] / VW * VW;
+    for (int j = j0; j < np; j += VW) vstore(s + j, vexp(vadd(vload(s + j), neg)));
+    for (int j = 0; j < lo[r]; j++) s[j] = 0.f;  // masked keys weigh exactly 0 (vexp floors at e^-87)
+    for (int j = hi[r]; j < np; j++) s[j] = 0.f;
+    V sum = vzero();
+    for (int j = j0; j < np; j += VW) sum = vadd(sum, vload(s + j));
+    inv[r] = 1.0f / vsum(sum);
+  }
+  for (int r = 0; r < R;) {  // RV rows at a time, then 4, 2, 1
+    const int left = R - r;
+    const int rn = left >= RV ? RV : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+    int jlo = lo[r], jhi = hi[r];
+    for (int i = 1; i < rn; i++) jlo = std::min(jlo, lo[r + i]), jhi = std::max(jhi, hi[r + i]);
+    const float* w = S + (size_t)r * np;
+    const float* V0 = Vv + (size_t)lo0 * hd;
+    if (rn == RV) value_rows<NH, RV>(w, np, V0, hd, jlo, jhi, inv + r, out, ldo, T, hA, r);
+    else if (rn == 4) value_rows<NH, 4>(w, np, V0, hd, jlo, jhi, inv + r, out, ldo, T, hA, r);
+    else if (rn == 2) value_rows<NH, 2>(w, np, V0, hd, jlo, jhi, inv + r, out, ldo, T, hA, r);
+    else value_rows<NH, 1>(w, np, V0, hd, jlo, jhi, inv + r, out, ldo, T, hA, r);
+    r += rn;
+  }
+}
+
 using RowFn = void (*)(const float*, const float*, const float*, int, int, int, float, float*, float*);
 
 static RowFn row_fn(int hd) {
@@ -776,23 +905,46 @@ static RowFn row_fn(int hd) {
   return nh <= 16 ? fns[nh - 1] : nullptr;
 }
 
+using GroupFn = void (*)(const float*, int, const float*, const float*, int, int, int, int, int, int, float, float*,
+                        int, std::vector<float>&);
+
+static GroupFn group_fn(int hd) {
+  static const GroupFn fns[] = {attend_group<1>, attend_group<2>, attend_group<3>, attend_group<4>,
+                                attend_group<5>, attend_group<6>, attend_group<7>, attend_group<8>,
+                                attend_group<9>, attend_group<10>, attend_group<11>, attend_group<12>,
+                                attend_group<13>, attend_group<14>, attend_group<15>, attend_group<16>};
+  int nh = (hd + VW - 1) / VW;
+  return nh <= 16 ? fns[nh - 1] : nullptr;
+}
+
 // Attention of T queries at positions p.. over the cache (keys up to each query's position,
-// the last `window` of them when set) for query heads [h0, h1).
+// the last `window` of them when set) for query heads [h0, h1). One row (a decode step) takes
+// attend_row; 2+ rows take attend_group per K/V head, TG positions at a time (bounds the scores
+// kept, and the keys scored past a row's own position: at most TG - 1 per row).
 static void attend(const Model& m, const float* q, int ldq, const float* kc, const float* vc, int P, int p, int T,
                    int h0, int h1, float* out, int ldo, std::vector<float>& sc) {
+  constexpr int TG = 16;
   const int hd = m.hd, g = m.H / m.Hkv;
   const float scale = 1.0f / std::sqrt((float)hd);
+  if (T >= 2) {
+    const GroupFn fn = group_fn(hd);
+    for (int kv = h0 / g; kv * g < h1; kv++) {
+      const float* K = kc + (size_t)kv * P * hd;
+      const float* Vv = vc + (size_t)kv * P * hd;
+      const int hA = std::max(h0, kv * g), hB = std::min(h1, (kv + 1) * g);
+      for (int t0 = 0; t0 < T; t0 += TG)
+        fn(q + (size_t)t0 * ldq, ldq, K, Vv, hd, p + t0, std::min(TG, T - t0), hA, hB, m.window, scale,
+           out + (size_t)t0 * ldo, ldo, sc);
+    }
+    return;
+  }
   const RowFn fn = row_fn(hd);
   sc.resize(p + T + VW);
   for (int h = h0; h < h1; h++) {
     const float* K = kc + (size_t)(h / g) * P * hd;
     const float* Vv = vc + (size_t)(h / g) * P * hd;
-    for (int t = 0; t < T; t++) {
-      const int pos = p + t;
-      const int lo = m.window > 0 ? std::max(0, pos - m.window + 1) : 0;
-      fn(q + (size_t)t * ldq + (size_t)h * hd, K, Vv, hd, lo, pos + 1 - lo, scale, sc.data(),
-         out + (size_t)t * ldo + (size_t)h * hd);
-    }
+    const int lo = m.window > 0 ? std::max(0, p - m.window + 1) : 0;
+    fn(q + (size_t)h * hd, K, Vv, hd, lo, p + 1 - lo, scale, sc.data(), out + (size_t)h * hd);
   }
 }
 
