@@ -138,6 +138,8 @@ def _load(cache: Path, flags: set[str]) -> tuple[ctypes.CDLL | None, str]:
     lib.nstep_greedy.argtypes = [*lib.nstep_forward.argtypes[:8], ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                                  ctypes.c_int]
     lib.nstep_matmul.argtypes = [ctypes.POINTER(Mat), ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    lib.nstep_attend.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_int] * 7,
+                                 ctypes.c_void_p]
     if "-DNSTEP_AMX" in isa[1]:
         err = lib.nstep_amx_init()  # arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA): 0 or an errno
         if err:

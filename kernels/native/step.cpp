@@ -788,6 +788,60 @@ static inline void score_rows(const float* qs, int ldq, const float* K, int hd, 
   }
 }
 
+// The horizontal sums of VW vectors at once, as one vector (lane j: the sum of a[j]): a transpose
+// by halves (pairs of vectors, then quarters, ...) whose adds stay vertical, ~3 shuffles and adds
+// per sum instead of a reduction tree per vector; the lanes come out interleaved, put back by one
+// permute.
+static inline V vsum_each(const V* a) {
+#if defined(__AVX512F__)
+  V b[8], c[4], d[2];
+  #pragma GCC unroll 8
+  for (int k = 0; k < 8; k++)
+    b[k] = vadd(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44), _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xEE));
+  #pragma GCC unroll 4
+  for (int k = 0; k < 4; k++)
+    c[k] = vadd(_mm512_shuffle_f32x4(b[2 * k], b[2 * k + 1], 0x88), _mm512_shuffle_f32x4(b[2 * k], b[2 * k + 1], 0xDD));
+  #pragma GCC unroll 2
+  for (int k = 0; k < 2; k++)
+    d[k] = vadd(_mm512_shuffle_ps(c[2 * k], c[2 * k + 1], 0x44), _mm512_shuffle_ps(c[2 * k], c[2 * k + 1], 0xEE));
+  const V r = vadd(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));  // lane 4q+m: a[q+4m]
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
+#else
+  V b[4], c[2];
+  #pragma GCC unroll 4
+  for (int k = 0; k < 4; k++)
+    b[k] = vadd(_mm256_permute2f128_ps(a[2 * k], a[2 * k + 1], 0x20), _mm256_permute2f128_ps(a[2 * k], a[2 * k + 1], 0x31));
+  #pragma GCC unroll 2
+  for (int k = 0; k < 2; k++)
+    c[k] = vadd(_mm256_shuffle_ps(b[2 * k], b[2 * k + 1], 0x44), _mm256_shuffle_ps(b[2 * k], b[2 * k + 1], 0xEE));
+  const V r = vadd(_mm256_shuffle_ps(c[0], c[1], 0x88), _mm256_shuffle_ps(c[0], c[1], 0xDD));  // lane 4h+m: a[2m+h]
+  return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+#endif
+}
+
+// Scores of R rows over one block of VW keys K[0..VW): s[i][0..VW) = qs[i] · k_j, the VW dot
+// products reduced together (vsum_each). The block (VW · hd floats) stays in L1 across the rows.
+template <int NH>
+static inline void score_block(const float* qs, int ldq, int R, const float* K, int hd, float* s, int lds) {
+  const int tail = hd - (NH - 1) * VW;
+  for (int i = 0; i < R; i++) {
+    const float* qi = qs + (size_t)i * ldq;
+    V q[NH], a[VW];
+    #pragma GCC unroll 16
+    for (int c = 0; c < NH; c++) q[c] = vload(qi + c * VW);
+    #pragma GCC unroll 16
+    for (int j = 0; j < VW; j++) {
+      const float* kr = K + (size_t)j * hd;
+      V x = vmul(q[0], NH == 1 ? vloadm(kr, tail) : vload(kr));
+      #pragma GCC unroll 16
+      for (int c = 1; c < NH - 1; c++) x = vfma(q[c], vload(kr + c * VW), x);
+      if (NH > 1) x = vfma(q[NH - 1], vloadm(kr + (NH - 1) * VW, tail), x);
+      a[j] = x;
+    }
+    vstore(s + (size_t)i * lds, vsum_each(a));
+  }
+}
+
 // Values for RN rows: o_i = inv_i · Σ_j w[i][j] · v_j over keys [jlo, jhi) (weights of keys a row
 // does not see are 0), each value row loaded once for the RN rows. Row r0 + i is head
 // hA + (r0 + i) / T at t = (r0 + i) % T.
@@ -828,7 +882,8 @@ constexpr int NREG = 16;
 
 // Attention of the R = (hB - hA)·T query rows that share one K/V head (a GQA group's heads hA..hB
 // at positions p..p+T), reading each key and value once for all R rows instead of once per row:
-// 1. scores: each key row loaded once for RS rows (score_rows);
+// 1. scores: blocks of VW keys for all rows, summed together (score_block), the last keys RS rows
+//    per key load (score_rows);
 // 2. a softmax per row over the keys it sees (causal: pos + 1; Mistral's window), kept as weights;
 // 3. values: each value row loaded once for RV rows, RV·NH accumulators in registers.
 // Row r is head hA + r / T at position p + r % T.
@@ -854,15 +909,18 @@ static void attend_group(const float* q, int ldq, const float* K, const float* V
     lo[r] = (window > 0 ? std::max(0, pos - window + 1) : 0) - lo0;
     hi[r] = pos + 1 - lo0;
   }
-  for (int r0 = 0; r0 < R;) {  // RS rows at a time, then 4, 2, 1
+  const float* K0 = K + (size_t)lo0 * hd;
+  const int nb = n / VW * VW;
+  for (int j0 = 0; j0 < nb; j0 += VW) score_block<NH>(qs, W, R, K0 + (size_t)j0 * hd, hd, S + j0, np);
+  for (int r0 = 0; r0 < R && nb < n;) {  // the last n % VW keys: RS rows at a time, then 4, 2, 1
     const float* qr = qs + (size_t)r0 * W;
-    const float* K0 = K + (size_t)lo0 * hd;
-    float* s0 = S + (size_t)r0 * np;
+    const float* Kt = K0 + (size_t)nb * hd;
+    float* s0 = S + (size_t)r0 * np + nb;
     const int left = R - r0;
-    if (left >= RS) score_rows<NH, RS>(qr, W, K0, hd, n, s0, np), r0 += RS;
-    else if (left >= 4) score_rows<NH, 4>(qr, W, K0, hd, n, s0, np), r0 += 4;
-    else if (left >= 2) score_rows<NH, 2>(qr, W, K0, hd, n, s0, np), r0 += 2;
-    else score_rows<NH, 1>(qr, W, K0, hd, n, s0, np), r0 += 1;
+    if (left >= RS) score_rows<NH, RS>(qr, W, Kt, hd, n - nb, s0, np), r0 += RS;
+    else if (left >= 4) score_rows<NH, 4>(qr, W, Kt, hd, n - nb, s0, np), r0 += 4;
+    else if (left >= 2) score_rows<NH, 2>(qr, W, Kt, hd, n - nb, s0, np), r0 += 2;
+    else score_rows<NH, 1>(qr, W, Kt, hd, n - nb, s0, np), r0 += 1;
   }
   for (int r = 0; r < R; r++) {
     float* s = S + (size_t)r * np;
@@ -1096,6 +1154,19 @@ int nstep_greedy(const Model* mp, float* kc, float* vc, int P, const float* rot,
 int nstep_matmul(const Mat* m, const float* x, int T, float* y, int nt) {
   static thread_local Scratch s;
   matmul(*m, x, m->K, T, y, m->N, false, std::max(1, nt), s);
+  return 0;
+}
+
+// Attention on its own (tests): T queries q[T, H, hd] at positions p.. over kc, vc [Hkv, P, hd]
+// (the new rows already written), keys up to each query's position (the last `window` when > 0),
+// into out[T, H, hd]; one thread.
+int nstep_attend(const float* q, const float* kc, const float* vc, int P, int p, int T, int H, int Hkv, int hd,
+                 int window, float* out) {
+  if (T <= 0 || p < 0 || p + T > P || Hkv <= 0 || H % Hkv || hd <= 0 || hd > 16 * VW) return 1;
+  Model m{};
+  m.H = H, m.Hkv = Hkv, m.hd = hd, m.window = window;
+  static thread_local std::vector<float> sc;
+  attend(m, q, H * hd, kc, vc, P, p, T, 0, H, out, H * hd, sc);
   return 0;
 }
 
