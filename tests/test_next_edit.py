@@ -323,17 +323,23 @@ def test_rewrite_of_what_does_not_fit_and_a_format_the_tokenizer_lacks(engine):
 
 
 def test_auto_does_not_ask_a_pair_never_taught_next_edits(engine):
-    """The shipped pair was not taught next edits (draft_models/MODEL_CARD.md): "auto" answers
-    nothing at once and predict says why; a marked config (what finetune_edits writes) is asked."""
+    """A pair of our format whose config is not marked as taught next edits (finetune_edits marks
+    it; draft_models/MODEL_CARD.md): "auto" answers nothing at once and predict says why; a
+    marked one is asked. The engine reads the mark from the target's config."""
+    from draft_models import DEFAULT_TARGET
+
+    marked = json.loads((DEFAULT_TARGET / "config.json").read_text()).get("completer_next_edit", False)
+    assert engine.edits_trained == marked
     req = EditPrompt(tuple(HISTORY), "store.py", "".join(CURRENT.splitlines(keepends=True)[8:12]))
-    got = engine.rewrite(req)
-    assert (got.text, got.new_tokens, got.stop_reason, got.extra["untrained"]) == ("", 0, "untrained", True)
-    assert predict(engine, CURRENT, 9, 4, HISTORY, path="store.py").dropped == "untrained"
-    engine.edits_trained = True
     try:
+        engine.edits_trained = False
+        got = engine.rewrite(req)
+        assert (got.text, got.new_tokens, got.stop_reason, got.extra["untrained"]) == ("", 0, "untrained", True)
+        assert predict(engine, CURRENT, 9, 4, HISTORY, path="store.py").dropped == "untrained"
+        engine.edits_trained = True
         assert engine.rewrite(req, max_new=4).new_tokens > 0
     finally:
-        engine.edits_trained = False
+        engine.edits_trained = marked
 
 
 # -- the CLI ------------------------------------------------------------------------------------
@@ -346,8 +352,12 @@ def test_cli_json_contract(tmp_path):
     old, new = tmp_path / "old.py", tmp_path / "store.py"
     old.write_text(SRC)
     new.write_text(CURRENT)
+    from draft_models import DEFAULT_TARGET
+
+    marked = json.loads((DEFAULT_TARGET / "config.json").read_text()).get("completer_next_edit", False)
     r = _run(str(new), "--line", "9", "--col", "21", "--before", str(old), "--json")
-    assert r.returncode == 0 and json.loads(r.stdout)["reason"] == "untrained", r.stderr  # the shipped pair
+    assert r.returncode == 0, r.stderr  # "auto" asks the shipped pair only if it was taught next edits
+    assert (json.loads(r.stdout).get("reason") == "untrained") == (not marked), r.stdout
     r = _run(str(new), "--line", "9", "--col", "21", "--before", str(old), "--json", "--next-edit-format", "completer")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
