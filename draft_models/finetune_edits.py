@@ -1,8 +1,8 @@
 """Teach the embedded pair next edits (issue 24 item 4): `python -m draft_models.finetune_edits`.
 
-Starts from a pair made by draft_models.build (--src; the shipped one came from the pair of
-commit 26a3e2f) and widens its window to `--ctx` positions (an editable region of 20–40 lines is
-written twice: as the original and as the answer). Stages, each checkpointed into --run-dir and
+Starts from a pair made by draft_models.build (--src: the shipped pair by default) and widens
+its window to `--ctx` positions (an editable region of 20–40 lines is written twice: as the
+original and as the answer). Stages, each checkpointed into --run-dir and
 resumed from there like build.py's:
 1. induction: strings of frequent tokens repeated (InductionStream), until the target copies;
 2. (optional, --copy-steps) copy tasks: regions of code answered unchanged;
@@ -10,6 +10,7 @@ resumed from there like build.py's:
    them copy tasks) and the ordinary plain/FIM samples of the first recipe at the new length, so
    that completion does not get worse;
 4. the draft distilled again from the fine-tuned target on the same mix.
+The defaults are the run draft_models/MODEL_CARD.md reports (not enough yet: not shipped).
 Seeded; held-out files (data.HELD_OUT) stay out. bf16 where the CPU multiplies it natively;
 draft_models/gpu_finetune.sh runs the same on a lent GPU.
 """
