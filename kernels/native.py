@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import functools
 import hashlib
 import os
 import shutil
@@ -35,13 +36,15 @@ _lock = threading.Lock()
 _loaded: dict[tuple, tuple[ctypes.CDLL | None, str]] = {}
 
 
-def cpu_flags() -> set[str]:
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (read once: every runner's construction asks)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return set()
+        return frozenset()
     line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
-    return set(line.partition(":")[2].split())
+    return frozenset(line.partition(":")[2].split())
 
 
 AMX = frozenset({"amx_tile", "amx_int8"})  # what /proc/cpuinfo reports for AMX's int8 tiles
