@@ -110,6 +110,17 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, b'{"object": "error", "message": "The model `x` does not exist.", "code": 404}')
         elif mode == "hang":
             self.server.hang.wait(30)
+        elif mode == "silent":  # a non-streamed answer still being computed: nothing until the client hangs up
+            self.connection.settimeout(30)
+            if self.rfile.read(1) == b"":
+                self.server.hung_up.set()
+        elif mode == "slow_headers":  # a status line, then a header every 50 ms, never the blank line
+            try:
+                self.wfile.write(b"HTTP/1.0 200 OK\r\n")
+                while not self.server.hang.wait(0.05):
+                    self.wfile.write(b"X-Wait: 1\r\n")
+            except OSError:
+                self.server.hung_up.set()
         elif mode == "superseded":  # our completer serve: a newer request with the same `user` took over
             self._send(409, b'{"error": {"message": "superseded", "type": "invalid_request_error", "param": null, '
                             b'"code": "superseded"}}', headers={"x-should-retry": "false"})
@@ -208,12 +219,43 @@ def test_refused_is_retried_with_backoff_then_clear():
 
 
 def test_cancel_during_backoff_gives_up_at_once():
+    from completer.remote.transport import Cancelled
+
     c = connect(f"openai:http://127.0.0.1:{free_port()}/v1", retries=50)
     cancel = threading.Event()
     cancel.set()
-    with pytest.raises(EngineError):
+    with pytest.raises(Cancelled):
         c.inner.http.open("GET", "/v1/models", cancel=cancel)
     assert c.stats()["retries"] == 0
+
+
+@pytest.mark.parametrize("name", ["llamacpp", "openai"])
+def test_cancel_while_the_server_has_not_answered_hangs_up(fake, name):
+    from completer.edits.formats import EditPrompt
+
+    c = clients(fake, timeout_ms=5000)[name]
+    c.warm_start()
+    fake.mode = "silent"
+    cancel = threading.Event()
+    threading.Timer(0.2, cancel.set).start()
+    t0 = time.monotonic()
+    got = c.rewrite(EditPrompt((), "a.py", "x = 1\n"), fmt="sweep", doc_key="a.py", cancel=cancel)
+    assert got.stop_reason == "cancelled" and time.monotonic() - t0 < 2.0  # not the 5 s timeout
+    assert fake.hung_up.wait(5)  # the server saw the hang-up: its slot is free
+    assert c.stats()["cancelled_streams"] == 1 and c.stats()["errors"] == 0
+
+
+@pytest.mark.parametrize("name", ["llamacpp", "openai"])
+def test_headers_that_never_end_are_cut_at_the_deadline(fake, name):
+    c = clients(fake, timeout_ms=400)[name]
+    c.warm_start()
+    fake.mode = "slow_headers"  # no socket timeout fires: a header every 50 ms
+    t0 = time.monotonic()
+    with pytest.raises(EngineError) as err:
+        c.warmup("x = ", "", doc_key="w.py")
+    assert err.value.code == "unavailable" and "within 400 ms" in err.value.message
+    assert time.monotonic() - t0 < 2.0
+    assert fake.hung_up.wait(5)
 
 
 def test_the_remote_package_never_imports_torch():

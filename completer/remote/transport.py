@@ -2,11 +2,13 @@
 one request with bounded retries, the SSE stream read under the caller's `stop_text` and `cancel`,
 and every fault turned into one `EngineError` written for the user. Stdlib only (http.client).
 
-A streamed request is read in the calling thread; a watcher thread closes its socket when
-`cancel` is set, `stop_text` fires or the request's deadline (`engine_timeout_ms` from its start)
-passes, so the server sees the disconnect and stops generating (tokens not paid for). Nothing a
-server sends is read without a bound: a line, an event and a JSON answer have a byte cap, and a
-stream ends after `read_limit(max_new)` text events, however many the server keeps sending.
+A request is read in the calling thread; from its connection on, a watcher thread shuts its socket
+when `cancel` is set or the request's deadline (`engine_timeout_ms` from its start) passes, and a
+stream's reader does when `stop_text` fires, so the server sees the disconnect and stops
+generating (tokens not paid for). The watch covers the wait for the status line too: a server
+answering a non-streamed request sends nothing until it is done. Nothing a server sends is read
+without a bound: a line, an event and a JSON answer have a byte cap, and a stream ends after
+`read_limit(max_new)` text events, however many the server keeps sending.
 The API key goes in the Authorization header and nowhere else: never in a message, a log line
 or `stats()`.
 """
@@ -19,7 +21,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from typing import Self
 from urllib.parse import urlsplit
 
 from .. import errors
@@ -67,6 +68,11 @@ def read_limit(max_new: int) -> int:
     """Text events (≈ tokens) read from a stream asked for `max_new` tokens: a server that sends
     more ignored `max_tokens`/`n_predict`; the margin lets one split a token across events."""
     return max_new + max(8, max_new // 4)
+
+
+class Cancelled(Exception):
+    """The caller's `cancel` was set before the answer's status line came (or during a back-off):
+    not a fault; a stream ends without events."""
 
 
 class Superseded(Exception):
@@ -132,43 +138,57 @@ class Http:
     def open(self, method: str, path: str, body: dict | None = None,
              cancel: threading.Event | None = None) -> Reply:
         """Send one request and return its answer once its status is 2xx; the caller reads and
-        closes. Connection failures are retried `retries` times with back-off."""
+        closes. The answer is watched (_Watch) from the connection on, its headers included:
+        `cancel` raises Cancelled, the deadline (`timeout` after this call) the "late" error.
+        Connection failures are retried `retries` times with back-off."""
         data = None if body is None else json.dumps(body).encode()
+        deadline = time.monotonic() + self.timeout
         self.counters["requests"] += 1
         attempt = 0
         while True:
-            conn = self._connect()
+            conn, watch, failed = self._connect(), None, None
             try:
+                conn.connect()
+                # conn.sock now: getresponse may hand it to the response and forget it
+                sock, watch = conn.sock, _Watch(conn.sock, cancel, deadline)
                 conn.request(method, self.path + path, body=data, headers=self._headers(data))
-                sock = conn.sock  # before getresponse, which may hand it to the response and forget it
                 resp = conn.getresponse()
-            except OSError as e:  # refused, reset, unknown host, timeout
+            except (OSError, http.client.HTTPException) as e:  # refused, reset, unknown host, timeout; not HTTP
+                failed = e
+            if watch is not None and watch.shut.is_set():  # ours (headers cut short may even parse as an answer)
                 conn.close()
-                err = self._down(e)
-                # only a connection that failed is retried: a slow server would only get slower
-                if not isinstance(e, ConnectionError) or attempt == self.retries:
+                if not watch.expired.is_set():
+                    raise Cancelled
+                self.counters["errors"] += 1
+                raise self._late(path)
+            if failed is not None:
+                conn.close()
+                if watch is not None:
+                    watch.stop()
+                if isinstance(failed, http.client.HTTPException):  # RemoteDisconnected is an OSError: below
                     self.counters["errors"] += 1
-                    raise err from None
+                    raise self._malformed(path, str(failed).encode())
+                err = self._down(failed)
+                # only a connection that failed is retried: a slow server would only get slower
+                if not isinstance(failed, ConnectionError) or attempt == self.retries:
+                    self.counters["errors"] += 1
+                    raise err
                 delay = min(BACKOFF_S * 2 ** attempt, BACKOFF_MAX_S)
                 if cancel is not None and cancel.wait(delay):
-                    self.counters["errors"] += 1
-                    raise err from None
+                    raise Cancelled
                 if cancel is None:
                     time.sleep(delay)
                 attempt += 1
                 self.counters["retries"] += 1
                 continue
-            except http.client.HTTPException as e:  # not HTTP (RemoteDisconnected is an OSError: above)
-                conn.close()
-                self.counters["errors"] += 1
-                raise self._malformed(path, str(e).encode()) from None
             if 200 <= resp.status < 300:
-                return Reply(conn, resp, sock)
+                return Reply(conn, resp, sock, watch)
             try:
                 raw = resp.read(64 * 1024)
             except (OSError, http.client.HTTPException):
                 raw = b""
             conn.close()
+            watch.stop()
             if resp.status == 409 and _error_code(raw) == "superseded":
                 raise Superseded
             self.counters["errors"] += 1
@@ -176,16 +196,14 @@ class Http:
 
     def json(self, method: str, path: str, body: dict | None = None) -> dict | list:
         """A plain request whose whole answer is one JSON document."""
-        deadline = time.monotonic() + self.timeout
         reply = self.open(method, path, body)
-        with _Watch(reply, None, deadline) as watch:
-            try:
-                raw = reply.resp.read(MAX_BODY + 1)
-            except (OSError, http.client.HTTPException) as e:
-                self.counters["errors"] += 1
-                raise (self._late(path) if watch.expired.is_set() else self._cut(e)) from None
-            finally:
-                reply.close()
+        try:
+            raw = reply.resp.read(MAX_BODY + 1)
+        except (OSError, http.client.HTTPException) as e:
+            self.counters["errors"] += 1
+            raise (self._late(path) if reply.watch.expired.is_set() else self._cut(e)) from None
+        finally:
+            reply.close()
         if len(raw) > MAX_BODY:
             self.counters["errors"] += 1
             raise EngineError(code="internal", message=f"{self.name} at {self.base} answered {path} with more "
@@ -200,44 +218,46 @@ class Http:
                done: Callable[[dict], bool]) -> Iterator[dict]:
         """POST `body` and yield each SSE `data:` event as a dict until `done(event)` is true or
         `data: [DONE]` arrives. Closing the generator (the caller stopped reading) or setting
-        `cancel` closes the socket. A stream that ends before its last event, or is still going
-        at the deadline (`timeout` after this call), is a fault."""
-        deadline = time.monotonic() + self.timeout
-        reply = self.open("POST", path, body, cancel)
+        `cancel` closes the socket, before the answer's headers too. A stream that ends before
+        its last event, or is still going at the deadline (`timeout` after this call), is a fault."""
+        try:
+            reply = self.open("POST", path, body, cancel)
+        except Cancelled:
+            self.counters["cancelled_streams"] += 1
+            return
         if "event-stream" not in (reply.resp.getheader("Content-Type") or ""):
             raw = reply.resp.read(200) if not reply.resp.closed else b""
             reply.close()
             self.counters["errors"] += 1
             raise self._malformed(path, raw)
         complete = False
-        with _Watch(reply, cancel, deadline) as watch:
-            try:
-                for event in self._events(reply.resp, path):
-                    if event is None:  # data: [DONE]
-                        complete = True
-                        return
-                    yield event
-                    if done(event):
-                        complete = True
-                        return
-                if cancel is not None and cancel.is_set():
+        try:
+            for event in self._events(reply.resp, path):
+                if event is None:  # data: [DONE]
+                    complete = True
                     return
-                self.counters["errors"] += 1
-                if watch.expired.is_set():
-                    raise self._late(path)
-                self.broken = True
-                raise EngineError(code="unavailable", message=f"{self.name} at {self.base} closed the stream "
-                                                               "before the completion finished")
-            except (OSError, http.client.HTTPException) as e:
-                if cancel is not None and cancel.is_set():
-                    return  # our own watcher closed it
-                self.counters["errors"] += 1
-                raise (self._late(path) if watch.expired.is_set() else self._cut(e)) from None
-            finally:
-                if not complete:
-                    self.counters["cancelled_streams"] += 1
-                reply.shutdown()  # the server sees the hang-up at once (and stops generating)
-                reply.close()
+                yield event
+                if done(event):
+                    complete = True
+                    return
+            if cancel is not None and cancel.is_set():
+                return
+            self.counters["errors"] += 1
+            if reply.watch.expired.is_set():
+                raise self._late(path)
+            self.broken = True
+            raise EngineError(code="unavailable", message=f"{self.name} at {self.base} closed the stream "
+                                                           "before the completion finished")
+        except (OSError, http.client.HTTPException) as e:
+            if cancel is not None and cancel.is_set():
+                return  # our own watcher closed it
+            self.counters["errors"] += 1
+            raise (self._late(path) if reply.watch.expired.is_set() else self._cut(e)) from None
+        finally:
+            if not complete:
+                self.counters["cancelled_streams"] += 1
+            reply.shutdown()  # the server sees the hang-up at once (and stops generating)
+            reply.close()
 
     def _events(self, resp: http.client.HTTPResponse, path: str) -> Iterator[dict | None]:
         """SSE: `data:` lines (possibly several per event), blank line ends an event; comments
@@ -347,50 +367,54 @@ def _retry_after(value: str | None) -> float | None:
 
 
 class Reply:
-    """One 2xx answer: the connection, its response and the socket under both. http.client hands
-    the socket of an answer that closes its connection (HTTP/1.0, `Connection: close`) to the
-    response and drops its own reference: shutting it down needs this one."""
+    """One 2xx answer: the connection, its response, the socket under both and the request's
+    watch. http.client hands the socket of an answer that closes its connection (HTTP/1.0,
+    `Connection: close`) to the response and drops its own reference: shutting it down needs
+    this one."""
 
-    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, sock: socket.socket):
-        self.conn, self.resp, self.sock = conn, resp, sock
+    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, sock: socket.socket,
+                 watch: _Watch):
+        self.conn, self.resp, self.sock, self.watch = conn, resp, sock, watch
 
     def shutdown(self) -> None:
-        """Unblock a read in another thread (close alone does not wake it) and hang up."""
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        _hang_up(self.sock)
 
     def close(self) -> None:
+        self.watch.stop()
         self.resp.close()
         self.conn.close()
         self.sock.close()
 
 
+def _hang_up(sock: socket.socket) -> None:
+    """Unblock a read in another thread (close alone does not wake it) and hang up."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
 class _Watch:
-    """While open, a thread that shuts the reply's socket when `cancel` is set or at `deadline`
-    (time.monotonic()), waking the read blocked on it; `expired` says the deadline did it."""
+    """Until `stop`, a thread that shuts `sock` when `cancel` is set or at `deadline`
+    (time.monotonic()), waking the send or read blocked on it; `shut` says it did, `expired` that
+    the deadline made it."""
 
-    def __init__(self, reply: Reply, cancel: threading.Event | None, deadline: float):
-        self.reply, self.cancel, self.deadline = reply, cancel, deadline
-        self.finished, self.expired = threading.Event(), threading.Event()
-
-    def __enter__(self) -> Self:
+    def __init__(self, sock: socket.socket, cancel: threading.Event | None, deadline: float):
+        self.sock, self.cancel, self.deadline = sock, cancel, deadline
+        self.finished, self.shut, self.expired = threading.Event(), threading.Event(), threading.Event()
         threading.Thread(target=self._run, name="completer-http-watch", daemon=True).start()
-        return self
 
-    def __exit__(self, *exc) -> None:
+    def stop(self) -> None:
         self.finished.set()
 
     def _run(self) -> None:
         while not self.finished.is_set():
             left = self.deadline - time.monotonic()
-            if left <= 0:
-                self.expired.set()
-                self.reply.shutdown()
-                return
-            if self.cancel is not None and self.cancel.is_set():
-                self.reply.shutdown()
+            if left <= 0 or (self.cancel is not None and self.cancel.is_set()):
+                if left <= 0:
+                    self.expired.set()
+                self.shut.set()
+                _hang_up(self.sock)
                 return
             self.finished.wait(min(left, 0.01) if self.cancel is not None else left)
 
