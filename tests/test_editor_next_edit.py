@@ -291,16 +291,17 @@ def edit_state(cdp) -> dict:
     return s
 
 
-def open_page(cdp, site: str, ws_url: str) -> None:
-    """The page on `ws_url`, EDIT_BEFORE loaded as a new document, `size` on line 2 selected."""
+def open_page(cdp, site: str, ws_url: str, text: str = EDIT_BEFORE, select: tuple[int, int] | None = None) -> None:
+    """The page on `ws_url`, `text` loaded as a new document, `select` (default: `size` on line 2
+    of EDIT_BEFORE) selected."""
     cdp.call("Page.enable")
     cdp.call("Page.navigate", url=f"{site}/index.html?ws={quote(ws_url, safe='')}")
     wait_for(lambda: page_state(cdp)["state"] == "ready", 60, "the page to connect", detail=lambda: page_state(cdp))
-    at = EDIT_BEFORE.index("size")
+    anchor, head = select or (EDIT_BEFORE.index("size"), EDIT_BEFORE.index("size") + 4)
     cdp.js(f"""(() => {{ const v = window.completerView; v.focus();
-      v.dispatch({{ changes: {{ from: 0, to: v.state.doc.length, insert: {json.dumps(EDIT_BEFORE)} }},
+      v.dispatch({{ changes: {{ from: 0, to: v.state.doc.length, insert: {json.dumps(text)} }},
                    userEvent: 'set' }});
-      v.dispatch({{ selection: {{ anchor: {at}, head: {at + 4} }} }}); }})()""")
+      v.dispatch({{ selection: {{ anchor: {anchor}, head: {head} }} }}); }})()""")
 
 
 def wait_suggestion(cdp) -> dict:
@@ -358,11 +359,12 @@ def test_web_esc_dismisses_and_typing_drops_a_suggestion(chromium, static_site, 
 @pytest.fixture
 def scripted_edits():
     """A /ws server that holds each next_edit request until the test releases it, then answers
-    with the rename (columns in code points, as `completer serve` does)."""
+    with `edits` (columns in code points, as `completer serve` does; first the rename, a test may
+    replace them)."""
     from websockets.sync.server import serve
 
     asked, release = [], threading.Semaphore(0)
-    edit = {"start_line": 2, "start_col": 11, "end_line": 2, "end_col": 15, "text": "total"}
+    edits = [{"start_line": 2, "start_col": 11, "end_line": 2, "end_col": 15, "text": "total"}]
 
     def handler(ws):
         for message in ws:
@@ -375,19 +377,19 @@ def scripted_edits():
             elif f["type"] == "next_edit":
                 asked.append(f)
                 release.acquire(timeout=60)
-                ws.send(msgpack.packb({"type": "next_edit", "id": f["id"], "edits": [edit], "stats": {}}))
+                ws.send(msgpack.packb({"type": "next_edit", "id": f["id"], "edits": list(edits), "stats": {}}))
 
     with serve(handler, "127.0.0.1", 0) as server:
         t = threading.Thread(target=server.serve_forever, daemon=True)
         t.start()
-        yield f"ws://127.0.0.1:{server.socket.getsockname()[1]}/ws", asked, release
+        yield f"ws://127.0.0.1:{server.socket.getsockname()[1]}/ws", asked, release, edits
         release.release(8)
         server.shutdown()
         t.join(timeout=10)
 
 
 def test_web_a_reply_for_an_older_text_is_not_shown(chromium, static_site, scripted_edits):  # noqa: F811
-    url, asked, release = scripted_edits
+    url, asked, release, _ = scripted_edits
     cdp = chromium
     open_page(cdp, static_site, url)
     cdp.type("total")
@@ -403,3 +405,35 @@ def test_web_a_reply_for_an_older_text_is_not_shown(chromium, static_site, scrip
     release.release()  # the reply for the text on screen is shown
     s = wait_suggestion(cdp)
     assert s["inserted"] == ["total"] and s["value"] == EDIT_AFTER.replace("total", "total_", 1), s
+
+
+def test_web_an_edit_outside_the_view_is_announced_and_tab_jumps_then_applies(chromium, static_site,  # noqa: F811
+                                                                             scripted_edits, tmp_path):
+    import base64
+    import os
+    from pathlib import Path
+
+    url, _, release, edits = scripted_edits
+    edits[:] = [{"start_line": 149, "start_col": 0, "end_line": 149, "end_col": 4, "text": "y150"}]
+    text = "".join(f"x{i} = {i}\n" for i in range(1, 201))
+    cdp = chromium
+    open_page(cdp, static_site, url, text, (0, 0))
+    release.release()
+    cdp.type("#", delay=0)
+    s = wait_suggestion(cdp)
+    hint = cdp.js("""(() => { const h = document.querySelector('.cm-next-jump');
+      return h && { text: h.textContent, line: h.closest('.cm-line').textContent }; })()""")
+    assert hint and "next edit at line 150" in hint["text"] and hint["line"].startswith("#x1 = 1"), (hint, s)
+    assert s["deleted"] == [], "line 150 is not drawn: it is outside the view"
+    shot = Path(os.environ.get("EDITOR_SCREENSHOT_DIR", tmp_path)) / "web-next-edit-far.png"
+    shot.write_bytes(base64.b64decode(cdp.call("Page.captureScreenshot", format="png")["data"]))
+    cdp.key("Tab", "Tab", 9)
+    s = wait_for(lambda: (p := edit_state(cdp))["deleted"] and p, 10, "the jump to line 150", detail=lambda: edit_state(cdp))
+    at = ("#" + text).index("x150 ")
+    assert s["cursor"] == at and s["value"] == "#" + text and s["deleted"] == ["x150"], s
+    assert cdp.js("document.querySelector('.cm-next-jump') === null"), "in view: no longer announced"
+    edits[:] = []  # the chained request after the apply: nothing more
+    release.release()
+    cdp.key("Tab", "Tab", 9)
+    s = wait_for(lambda: (p := edit_state(cdp))["value"] != "#" + text and p, 10, "the second Tab to apply it")
+    assert s["value"] == "#" + text.replace("x150 ", "y150 ") and s["shown"] == "none", s

@@ -3,9 +3,10 @@
 // parameters: ws (WebSocket URL), token, debounce (ms), max (max_new_tokens), doc (document
 // name), lang (language id), guard (ms the accept keys do nothing after a shown ghost was taken
 // back, default 300), next (0: no next edits), next_debounce (ms after the last edit before a
-// next edit is asked for, default 300). Keys: Tab accepts all (the ghost, else the next edit),
-// Ctrl+→ a word, Ctrl+↓ a line, Esc dismisses; without either they do what they usually do. A
-// transaction with userEvent "set" loads a new document: nothing is asked, no edit history.
+// next edit is asked for, default 300). Keys: Tab accepts all (the ghost, else the next edit; one
+// outside the view is announced at the cursor's line and Tab jumps to it first), Ctrl+→ a word,
+// Ctrl+↓ a line, Esc dismisses; without either they do what they usually do. A transaction with
+// userEvent "set" loads a new document: nothing is asked, no edit history.
 import { defaultKeymap, history, historyKeymap, indentWithTab } from "@codemirror/commands";
 import { python } from "@codemirror/lang-python";
 import { HighlightStyle, syntaxHighlighting } from "@codemirror/language";
@@ -13,8 +14,8 @@ import { EditorState, Prec } from "@codemirror/state";
 import { EditorView, drawSelection, highlightActiveLine, keymap, lineNumbers } from "@codemirror/view";
 import { ACCEPT_GUARD_MS, AcceptGuard, CompleterClient, formatStats, isWarmupTrigger, isWithdrawal } from "./client.js";
 import { acceptSpec, ghostDecorations, ghostField, setGhost } from "./ghost.js";
-import { EditSnapshot, acceptNextEditSpec, editsToChanges, nextEditDecorations, nextEditField, setNextEdit,
-         toCodePoints } from "./nextedit.js";
+import { EditSnapshot, acceptNextEditSpec, editsToChanges, jumpToNextEditSpec, nextEditDecorations, nextEditField,
+         nextEditHint, setNextEdit, toCodePoints } from "./nextedit.js";
 import { tags as t } from "@lezer/highlight";
 
 /** Syntax colours for the page's dark background. */
@@ -135,8 +136,14 @@ const accept = (unit) => (v) => {
   return true;
 };
 
-/** Tab without a ghost: applies the next edit shown (then asks for the one after it at once). */
+/** Tab without a ghost: jumps to the next edit shown outside the view, else applies it (then
+ *  asks for the one after it at once). */
 function acceptNextEdit(v) {
+  const jump = jumpToNextEditSpec(v.state, v.visibleRanges);
+  if (jump) {
+    v.dispatch(jump);
+    return true;
+  }
   const spec = acceptNextEditSpec(v.state);
   if (!spec) return false;
   const id = v.state.field(nextEditField).id;
@@ -289,7 +296,7 @@ view = new EditorView({
       lineNumbers(), history(), drawSelection(), highlightActiveLine(),
       syntaxHighlighting(highlight), python(),
       keymap.of([...defaultKeymap, ...historyKeymap, indentWithTab]),
-      ghostField, ghostDecorations, nextEditField, nextEditDecorations, onUpdate,
+      ghostField, ghostDecorations, nextEditField, nextEditDecorations, nextEditHint, onUpdate,
     ],
   }),
 });

@@ -1,11 +1,12 @@
 // Next-edit suggestions as CodeMirror 6 state: the server's edits (0-based lines, columns in code
 // points) turned into document changes (JS strings count UTF-16 units), the suggestion kept until
 // the document changes (a suggestion is never applied to a text other than the one it was
-// computed on), drawn in place (removed text struck through, new text as a widget after it), the
-// accept transaction, and the snapshot of the text before the user's recent edits that the
-// request sends as `before`.
+// computed on), drawn in place (removed text struck through, new text as a widget after it), a
+// suggestion outside the view announced at the cursor's line (Tab jumps to it first, as in VS Code
+// and Neovim), the accept transaction, and the snapshot of the text before the user's recent
+// edits that the request sends as `before`.
 import { ChangeSet, StateEffect, StateField } from "@codemirror/state";
-import { Decoration, EditorView, WidgetType } from "@codemirror/view";
+import { Decoration, EditorView, ViewPlugin, WidgetType } from "@codemirror/view";
 
 /** A pause this long (ms) ends a burst of edits: the next change starts a new one. */
 export const EDIT_PAUSE_MS = 1000;
@@ -110,6 +111,56 @@ export const nextEditDecorations = EditorView.decorations.compute([nextEditField
   }
   return Decoration.set(ranges, true);
 });
+
+/**
+ * The suggestion shown when none of it lies in `ranges` (the view's visibleRanges):
+ * `{pos, line, down}` (where it starts, its 1-based line, whether it is below the cursor), else null.
+ */
+export function farEdit(state, ranges) {
+  const s = state.field(nextEditField, false);
+  if (!s) return null;
+  const from = s.changes[0].from, to = s.changes[s.changes.length - 1].to;
+  if (ranges.some((r) => r.from <= to && from <= r.to)) return null;
+  return { pos: from, line: state.doc.lineAt(from).number, down: from > state.selection.main.head };
+}
+
+/** The transaction spec of Tab on a suggestion outside the view: the cursor to its start, centred. */
+export function jumpToNextEditSpec(state, ranges) {
+  const far = farEdit(state, ranges);
+  if (!far) return null;
+  return { selection: { anchor: far.pos }, effects: EditorView.scrollIntoView(far.pos, { y: "center" }),
+           userEvent: "select.nextedit" };
+}
+
+class JumpWidget extends WidgetType {
+  constructor(line, down) { super(); this.line = line; this.down = down; }
+  eq(other) { return other.line === this.line && other.down === this.down; }
+  toDOM() {
+    const span = document.createElement("span");
+    span.className = "cm-next-jump";
+    span.textContent = `${this.down ? "↓" : "↑"} next edit at line ${this.line} (Tab)`;
+    return span;
+  }
+  ignoreEvent() { return true; }
+}
+
+/** The announcement of a suggestion outside the view, at the end of the cursor's line. */
+export function jumpHint(state, ranges) {
+  const far = farEdit(state, ranges);
+  if (!far) return Decoration.none;
+  const at = state.doc.lineAt(state.selection.main.head).to;
+  return Decoration.set([Decoration.widget({ widget: new JumpWidget(far.line, far.down), side: 1 }).range(at)]);
+}
+
+export const nextEditHint = ViewPlugin.fromClass(class {
+  constructor(view) { this.decorations = jumpHint(view.state, view.visibleRanges); }
+  update(u) {
+    if (u.docChanged || u.selectionSet || u.viewportChanged
+        || u.startState.field(nextEditField) !== u.state.field(nextEditField)) {
+      this.decorations = jumpHint(u.state, u.view.visibleRanges);
+    }
+  }
+}, { decorations: (p) => p.decorations });
 
 /** The transaction spec applying the suggestion shown (cursor after its last change), or null. */
 export function acceptNextEditSpec(state) {

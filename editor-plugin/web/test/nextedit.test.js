@@ -1,8 +1,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { EditorState, Text } from "@codemirror/state";
-import { EDIT_PAUSE_MS, EditSnapshot, acceptNextEditSpec, editsToChanges, fromCodePoints, nextEditField, setNextEdit,
-         toCodePoints } from "../nextedit.js";
+import { EDIT_PAUSE_MS, EditSnapshot, acceptNextEditSpec, editsToChanges, farEdit, fromCodePoints, jumpHint,
+         jumpToNextEditSpec, nextEditField, setNextEdit, toCodePoints } from "../nextedit.js";
 
 const DOC = "def area(width, height):\n    total = width * height\n    return size\n";
 const edit = (sl, sc, el, ec, text) => ({ start_line: sl, start_col: sc, end_line: el, end_col: ec, text });
@@ -63,4 +63,33 @@ test("the snapshot is the text before the first change after a pause", () => {
   now += EDIT_PAUSE_MS;
   snap.changed("v2");
   assert.equal(snap.text, "v2", "a pause began a new burst");
+});
+
+test("a suggestion outside the visible ranges: announced, Tab jumps to its start, then applies", () => {
+  const doc = Array.from({ length: 200 }, (_, i) => `x${i + 1} = ${i + 1}`).join("\n") + "\n";
+  const at = doc.indexOf("x150 ");
+  const s = shown(doc, [{ from: at, to: at + 4, insert: "y150" }]);
+  const top = [{ from: 0, to: 1200 }]; // what the view draws: the first lines (and a margin)
+  assert.deepEqual(farEdit(s, top), { pos: at, line: 150, down: true });
+  const hint = jumpHint(s, top).iter();
+  assert.equal(hint.from, s.doc.lineAt(10).to, "at the end of the cursor's line");
+  assert.equal(hint.value.spec.widget.line, 150);
+  const jumped = s.update(jumpToNextEditSpec(s, top)).state;
+  assert.equal(jumped.selection.main.head, at, "the cursor at the edit's start");
+  assert.ok(jumped.field(nextEditField), "still shown: the jump is not the apply");
+  const view = [{ from: at - 500, to: at + 500 }]; // scrolled there
+  assert.equal(farEdit(jumped, view), null);
+  assert.equal(jumpToNextEditSpec(jumped, view), null, "in view: the next Tab applies");
+  assert.equal(jumpHint(jumped, view).size, 0, "and nothing is announced");
+  assert.ok(acceptNextEditSpec(jumped).changes);
+  const above = shown(doc, [{ from: 4, to: 6, insert: "one" }]);
+  const lower = above.update({ selection: { anchor: at } }).state;
+  assert.deepEqual(farEdit(lower, [{ from: at - 300, to: at + 300 }]), { pos: 4, line: 1, down: false }, "above: ↑");
+  assert.equal(farEdit(EditorState.create({ doc, extensions: [nextEditField] }), top), null, "nothing shown");
+});
+
+test("an edit that reaches into the view is not far, even when it starts above it", () => {
+  const doc = Array.from({ length: 200 }, (_, i) => `x${i + 1} = ${i + 1}`).join("\n") + "\n";
+  const s = shown(doc, [{ from: 0, to: 3, insert: "a" }, { from: 900, to: 905, insert: "b" }]);
+  assert.equal(farEdit(s, [{ from: 880, to: 2000 }]), null);
 });
