@@ -3,14 +3,16 @@
     python bench/steps.py [--target DIR] [--quant auto] [--reps 15]
     python bench/steps.py --loop 2000 [--runner numpy]   # only steps, e.g. under `perf record`
 
-1. Median ms of one cached decode step (after a 400-token prompt) on 1 and on 2 threads, first on
+1. Median ms of one cached decode step (after a 400-token prompt) on 1 and on 2 threads (and with
+   the cache in float32 on 1), first on
    an idle machine, then with one core kept busy by a spinning process (an editor, a build): the
    measurement behind EngineConfig.decode_threads' default of 1.
 2. Median ms of a forward of T new tokens (a verify of T-1 drafts) through the native step, the
    NumPy step (its fallback) and the torch forward (prefill's path, past SHORT tokens), and
    verify(k)/step = forward(k+1)/forward(1) per runner: what adaptive k plans with. Where the
    native step runs int8 products on AMX, "no-AMX" is the same step built without it (what
-   COMPLETER_NATIVE_AMX=0 gives), side by side.
+   COMPLETER_NATIVE_AMX=0 gives), side by side; "f32 K/V" is the native step with its cache in
+   float32 (EngineConfig.kv_cache = f32; the default keeps fp16).
 3. The draft's step (the embedded pair's, head restricted as the engine does) and c = draft
    step / target step per runner.
 The methods take turns within each repetition, so a drifting machine hits them alike. The CPU's
@@ -86,8 +88,9 @@ def main() -> int:
     del os.environ["COMPLETER_NATIVE"]
     n = PROMPT + 64
     native = {t: NativeRunner(pair.target, lib, n, t) for t in (1, 2)}
+    kv32 = NativeRunner(pair.target, lib, n, 1, kv_dtype=torch.float32)  # EngineConfig.kv_cache = f32
     numpy = {t: NumpyRunner(np_pair.target, n, t) for t in (1, 2)}
-    for r in (*native.values(), *numpy.values()):
+    for r in (*native.values(), kv32, *numpy.values()):
         r.forward(list(range(10, 10 + PROMPT)))
     if a.loop:
         one = native[1] if a.runner == "native" else numpy[1]
@@ -103,6 +106,7 @@ def main() -> int:
           f"median ms over {a.reps} turns")
     runners = {f"{kind} {t} thread{'s' * (t > 1)}": d[t] for kind, d in (("native", native), ("numpy", numpy))
                for t in (1, 2)}
+    runners["native f32 K/V 1 thread"] = kv32
     idle = _step_ms(runners, a.reps)
     stop = mp.Event()
     spinner = mp.Process(target=_spin, args=(stop,), daemon=True)
@@ -120,8 +124,9 @@ def main() -> int:
           "v = forward(T) / forward(1)")
     nat, nump = native[1], numpy[1]
     # torch: the prefill path (torch glue around the same native products)
-    fwd = {"native": nat.forward, "numpy": nump.forward, "torch": lambda ids: LlamaRunner.forward(nat, ids)}
-    run_of = {"native": nat, "numpy": nump, "torch": nat}
+    fwd = {"native": nat.forward, "f32 K/V": kv32.forward, "numpy": nump.forward,
+           "torch": lambda ids: LlamaRunner.forward(nat, ids)}
+    run_of = {"native": nat, "f32 K/V": kv32, "numpy": nump, "torch": nat}
     if isa.endswith("+amx"):
         from completer_kernels import native as kn
 

@@ -135,13 +135,14 @@ def _load(cache: Path, flags: set[str]) -> tuple[ctypes.CDLL | None, str]:
         lib = ctypes.CDLL(str(_build(cache, cxx, *isa)))
     except (OSError, RuntimeError) as e:
         return None, f"building the native step failed: {e}"
+    # (model, kc, vc, kv16, P, rot, ids, T, p, ...): kv16 says the cache holds fp16
     lib.nstep_forward.argtypes = [ctypes.POINTER(Model), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
-                                  ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
-                                  ctypes.c_int]
-    lib.nstep_greedy.argtypes = [*lib.nstep_forward.argtypes[:8], ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                  ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                  ctypes.c_void_p, ctypes.c_int]
+    lib.nstep_greedy.argtypes = [*lib.nstep_forward.argtypes[:9], ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                                  ctypes.c_int]
     lib.nstep_matmul.argtypes = [ctypes.POINTER(Mat), ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
-    lib.nstep_attend.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_int] * 7,
+    lib.nstep_attend.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_int] * 8,
                                  ctypes.c_void_p]
     if "-DNSTEP_AMX" in isa[1]:
         err = lib.nstep_amx_init()  # arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA): 0 or an errno

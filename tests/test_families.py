@@ -117,7 +117,7 @@ def test_lean_and_hf_runners_match_hf_forward(case):
     ids = torch.randint(0, V, (60,), generator=torch.Generator().manual_seed(1)).tolist()
     with torch.no_grad():
         ref = m(input_ids=torch.tensor([ids])).logits[0]
-    lean = make_runner(m)  # the engine's pick (np_runner's NumPy step where it applies)
+    lean = make_runner(m, kv_cache="f32")  # the engine's pick (native / NumPy step), the cache's arithmetic HF's
     assert isinstance(lean, LlamaRunner) and lean.layout.family == m.config.model_type
     for r in (torch_lean(m), lean, HFRunner(m)):  # HFRunner: crop works on sliding-window models too
         got = feed_with_rollback(r, ids)
@@ -230,7 +230,7 @@ def test_every_quant_mode_loads_and_generates(family_dirs, case):
     for quant, kind in kinds.items():
         w = load_model(d, CPU, torch.float32, quant)
         assert isinstance(w.layers[0][4], kind), quant  # the MLP's storage
-        out = make_runner(w).forward(ids)
+        out = make_runner(w, kv_cache="f32").forward(ids)  # f16 (the default) rounds K/V: test_native_step
         exact = kind is Fp16Weight  # fp16 storage of a bf16 checkpoint: fp32 rounding only
         all4 = quant == "int4"  # 4-bit attention too: random weights' near-ties flip more often
         assert (out - ref).abs().max() < (1e-4 if exact else 0.25 if all4 else 0.15) * ref.abs().max(), quant

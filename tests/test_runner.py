@@ -34,7 +34,9 @@ def test_weights_from_dir_match_hf(tiny_pair):
     ids = list(range(5, 45))
     with torch.no_grad():
         ref = hf(input_ids=torch.tensor([ids])).logits[0]
-    assert torch.allclose(lean.forward(ids), ref, atol=1e-4)
+    got = lean.forward(ids)
+    # the native step's K/V cache holds fp16 (2^-11 relative): within 2e-3, float32 caches 1e-4
+    assert torch.allclose(got, ref, atol=2e-3 if lean.k.dtype == torch.float16 else 1e-4), (got - ref).abs().max()
 
 
 def test_slots_share_one_copy_of_weights():

@@ -34,8 +34,8 @@ class DocCache:
         """Runners over `ctx` positions for the pair's models (weights shared); draft lengths
         from cfg, planned with this machine's `step_costs` (calibrate.py), starting from what
         `prior` (the last document's schedule) learnt: acceptance and measured ms per token."""
-        self.target = make_runner(pair.target, ctx, cfg.lean, cfg.decode_threads)
-        self.draft = make_runner(pair.draft, ctx, cfg.lean) if pair.draft is not None else None
+        self.target = make_runner(pair.target, ctx, cfg.lean, cfg.decode_threads, cfg.kv_cache)
+        self.draft = make_runner(pair.draft, ctx, cfg.lean, kv_cache=cfg.kv_cache) if pair.draft is not None else None
         c, verify = step_costs
         # the document's; k falls to 0 (plain decoding, drafting tried now and then) where drafting
         # measures more ms per token than plain: over --no-speculative, speculation costs its tries

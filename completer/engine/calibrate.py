@@ -22,8 +22,8 @@ def measure_step_costs(pair: Pair, ctx: int, cfg: EngineConfig, reps: int = 9) -
     of `reps` rounds, each timing every measurement once (a burst of load on a shared machine
     then hits all alike). A max_draft_len raised later (Engine.reconfigure) has no measurement
     past this one's: AdaptiveK models those verifies linearly."""
-    tr = make_runner(pair.target, ctx, cfg.lean, cfg.decode_threads)
-    dr = make_runner(pair.draft, ctx, cfg.lean) if pair.draft is not None else None
+    tr = make_runner(pair.target, ctx, cfg.lean, cfg.decode_threads, cfg.kv_cache)
+    dr = make_runner(pair.draft, ctx, cfg.lean, kv_cache=cfg.kv_cache) if pair.draft is not None else None
     n = max(cfg.max_draft_len, 1)
     one_call = dr is not None and hasattr(dr, "greedy") and cfg.temperature <= 0
     depth = max(1, min(512, 3 * ctx // 4))

@@ -90,10 +90,15 @@ class NativeRunner(LlamaRunner):
 
     SHORT = NumpyRunner.SHORT  # tokens; longer forwards take torch's batched path
 
-    def __init__(self, weights: LlamaWeights, lib: ctypes.CDLL, max_len: int | None = None, threads: int = 1):
+    def __init__(self, weights: LlamaWeights, lib: ctypes.CDLL, max_len: int | None = None, threads: int = 1,
+                 kv_dtype: torch.dtype = torch.float16):
         if not eligible(weights, native=True):
             raise ValueError("NativeRunner needs a plain Llama layer on the CPU with float32, fp16 or int8 weights")
-        super().__init__(weights, max_len)
+        if kv_dtype not in (torch.float16, torch.float32) or (kv_dtype == torch.float16 and weights.hd % 2):
+            raise ValueError(f"NativeRunner keeps its K/V cache in float16 or float32 (even head widths for "
+                             f"float16), not {kv_dtype} at head width {weights.hd}")
+        super().__init__(weights, max_len, kv_dtype)
+        self._kv16 = int(kv_dtype == torch.float16)
         w = weights
         cached = getattr(w, "_native", None)
         if cached is None or cached[0] is not w.lm_head or cached[1] is not lib:  # after restrict_head
@@ -121,8 +126,9 @@ class NativeRunner(LlamaRunner):
             new_ids = new_ids[-1:]
         ids, out = self._check(new_ids, k - 1), np.empty(k, np.int64)
         rows = None if self._rows is None else self._rows.ctypes.data
-        if self.lib.nstep_greedy(self._model, self.k.data_ptr(), self.v.data_ptr(), self.max_len, self._rot.data_ptr(),
-                                 ids.ctypes.data, len(new_ids), len(self.ids), k, rows, out.ctypes.data, self.threads):
+        if self.lib.nstep_greedy(self._model, self.k.data_ptr(), self.v.data_ptr(), self._kv16, self.max_len,
+                                 self._rot.data_ptr(), ids.ctypes.data, len(new_ids), len(self.ids), k, rows,
+                                 out.ctypes.data, self.threads):
             raise RuntimeError("the native step refused a draft")
         picks = out.tolist()
         self.ids.extend(new_ids + picks[:-1])
@@ -135,7 +141,7 @@ class NativeRunner(LlamaRunner):
             return super().forward(new_ids)
         ids = self._check(new_ids)
         out = np.empty((T, self._out_cols), np.float32)
-        if self.lib.nstep_forward(self._model, self.k.data_ptr(), self.v.data_ptr(), self.max_len,
+        if self.lib.nstep_forward(self._model, self.k.data_ptr(), self.v.data_ptr(), self._kv16, self.max_len,
                                   self._rot.data_ptr(), ids.ctypes.data, T, p, out.ctypes.data, self.threads):
             raise RuntimeError("the native step refused a forward")
         self.ids.extend(new_ids)

@@ -247,7 +247,7 @@ class LlamaWeights:
 class LlamaRunner(_Runner):
     """Lean batch-1 forward of a model of the layout table over its own K/V; weights are shared."""
 
-    def __init__(self, weights: LlamaWeights, max_len: int | None = None):
+    def __init__(self, weights: LlamaWeights, max_len: int | None = None, kv_dtype: torch.dtype | None = None):
         w = weights
         self.weights = w
         self.max_len = max_len or w.config.max_position_embeddings
@@ -260,7 +260,7 @@ class LlamaRunner(_Runner):
         self.layout, self.extra, self.norm_b = w.layout, w.extra, w.norm_b
         self.rot = _rope_table(w.inv_freq, self.max_len, w.rope_scale).to(self.device)  # [P, hd/2] complex
         L = len(self.layers)
-        self.k = torch.zeros(L, 1, self.n_kv, self.max_len, self.hd, dtype=self.dtype, device=self.device)
+        self.k = torch.zeros(L, 1, self.n_kv, self.max_len, self.hd, dtype=kv_dtype or self.dtype, device=self.device)
         self.v = torch.zeros_like(self.k)  # [L, 1, Hkv, P, hd]
         self.ids: list[int] = []
         self.head_rows = w.head_rows  # logits are over these ids when set (see restrict_head)
@@ -341,9 +341,11 @@ def forward_many(runners: list[LlamaRunner], feeds: list[list[int]]) -> list[tor
             lo, mask = spans[i]
             r.k[li, 0, :, p:p + t] = qk[H:, a:b]
             r.v[li, 0, :, p:p + t] = v[:, a:b]
+            ks, vs = r.k[li, :, :, lo:p + t], r.v[li, :, :, lo:p + t]
+            if ks.dtype != dt:  # an fp16 cache (the native step's), widened for the product
+                ks, vs = ks.to(dt), vs.to(dt)
             outs.append(F.scaled_dot_product_attention(  # 4-D: the fused CPU kernel
-                qk[None, :H, a:b], r.k[li, :, :, lo:p + t], r.v[li, :, :, lo:p + t],
-                attn_mask=mask, enable_gqa=Hkv != H)[0])  # [H, T_i, hd]
+                qk[None, :H, a:b], ks, vs, attn_mask=mask, enable_gqa=Hkv != H)[0])  # [H, T_i, hd]
         o = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)  # [H, ΣT, hd]
         x = _linear(o.transpose(0, 1).reshape(S, H * hd), wo, x if e.o_b is None else x + e.o_b)
         h = _linear(_norm(x, w_post, e.post_b, eps), wgu, e.gu_b)  # [ΣT, 2I] gated, else [ΣT, I]

@@ -3,19 +3,25 @@ and HF runners, native_runner.py's native step, np_runner.py's NumPy step, cuda_
 replay), so they import runner.py and never each other."""
 from __future__ import annotations
 
+import torch
+
 from .cuda_graphs import GraphRunner
 from .native_lib import native_or_none
 from .native_runner import NativeRunner
 from .np_runner import NumpyRunner, eligible
 from .runner import HFRunner, LlamaRunner, LlamaWeights, _Runner, lean_supported
 
+KV_DTYPES = {"f16": torch.float16, "f32": torch.float32}
 
-def make_runner(model, max_len: int | None = None, lean: bool = True, threads: int = 1) -> _Runner:
+
+def make_runner(model, max_len: int | None = None, lean: bool = True, threads: int = 1,
+                kv_cache: str = "f16") -> _Runner:
     """A runner for `model`: LlamaWeights → lean; an HF model → lean when its config is in the
     family table (families.py) and its linears are plain, else HF.
     On the CPU, a plain Llama layer with float32 / fp16 / int8 weights (target or draft) decodes
     through native_runner.py's one-call step on `threads` threads (EngineConfig.decode_threads),
-    or np_runner.py's NumPy step where the native library is unavailable (logged once, with why)."""
+    its K/V cache in `kv_cache` (EngineConfig.kv_cache: f16 | f32), or np_runner.py's NumPy step
+    where the native library is unavailable (logged once, with why)."""
     w = model if isinstance(model, LlamaWeights) else None
     if w is None and lean and lean_supported(model):
         w = getattr(model, "_lean_weights", None)
@@ -28,7 +34,7 @@ def make_runner(model, max_len: int | None = None, lean: bool = True, threads: i
     if lean and eligible(w, native=True):
         lib = native_or_none()
         if lib is not None:
-            return NativeRunner(w, lib, max_len, threads)
+            return NativeRunner(w, lib, max_len, threads, KV_DTYPES[kv_cache] if w.hd % 2 == 0 else torch.float32)
     if lean and eligible(w):
         return NumpyRunner(w, max_len, threads)
     return LlamaRunner(w, max_len)

@@ -133,6 +133,25 @@ static inline void vquant(uint8_t* q, V x, V inv, V z) {
 static inline void vstorem(float* p, V v, int n) { _mm256_maskstore_ps(p, vmask(n), v); }
 #endif
 
+// K/V cache rows: float32, or fp16 (half the bytes a step reads at depth; widened in registers).
+// Masked tails of fp16 rows load whole 32-bit pairs: head widths are even (RoPE rotates pairs).
+static inline V kload(const float* p) { return vload(p); }
+static inline V kloadm(const float* p, int n) { return vloadm(p, n); }
+static inline V kload(const uint16_t* p) { return vloadh(p); }
+#if defined(__AVX512F__)
+static inline V kloadm(const uint16_t* p, int n) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)((1u << n) - 1), p));
+}
+#else
+static inline V kloadm(const uint16_t* p, int n) {
+  return _mm256_cvtph_ps(_mm_maskload_epi32((const int*)p, _mm_cmpgt_epi32(_mm_set1_epi32(n / 2), _mm_setr_epi32(0, 1, 2, 3))));
+}
+#endif
+static inline void kstore(float* dst, const float* src, int n) { memcpy(dst, src, sizeof(float) * n); }
+static inline void kstore(uint16_t* dst, const float* src, int n) {  // round to nearest even, as torch's .half()
+  for (int i = 0; i < n; i++) dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
 constexpr int NV = 4, BW = NV * VW;  // output columns per weight block: 64 (AVX-512) or 32 (AVX2)
 #if defined(__AVX512F__)
 constexpr int TRF = 6, TRI = 6, TR4 = 2;  // rows per register tile (accumulators: TR·NV of 32 registers)
@@ -718,8 +737,8 @@ static void embed_rows(const Model& m, const int64_t* ids, int T, float* x) {
 
 // One query row over keys K[lo..lo+n) of one head: softmax(q·k · scale) · V into out. NH vectors
 // of VW hold a head (the last one `tail` lanes wide); q and the output stay in registers.
-template <int NH>
-static void attend_row(const float* qr, const float* K, const float* Vv, int hd, int lo, int n, float scale,
+template <int NH, typename KT>
+static void attend_row(const float* qr, const KT* K, const KT* Vv, int hd, int lo, int n, float scale,
                        float* sc, float* o) {
   const int tail = hd - (NH - 1) * VW;
   V q[NH];
@@ -728,10 +747,10 @@ static void attend_row(const float* qr, const float* K, const float* Vv, int hd,
   q[NH - 1] = vmul(vloadm(qr + (NH - 1) * VW, tail), vset1(scale));
   float mx = -INFINITY;
   for (int j = 0; j < n; j++) {
-    const float* kr = K + (size_t)(lo + j) * hd;
-    V a = vmul(q[0], NH == 1 ? vloadm(kr, tail) : vload(kr));
-    for (int c = 1; c < NH - 1; c++) a = vfma(q[c], vload(kr + c * VW), a);
-    if (NH > 1) a = vfma(q[NH - 1], vloadm(kr + (NH - 1) * VW, tail), a);
+    const KT* kr = K + (size_t)(lo + j) * hd;
+    V a = vmul(q[0], NH == 1 ? kloadm(kr, tail) : kload(kr));
+    for (int c = 1; c < NH - 1; c++) a = vfma(q[c], kload(kr + c * VW), a);
+    if (NH > 1) a = vfma(q[NH - 1], kloadm(kr + (NH - 1) * VW, tail), a);
     float s = vsum(a);
     sc[j] = s;
     mx = std::max(mx, s);
@@ -754,10 +773,10 @@ static void attend_row(const float* qr, const float* K, const float* Vv, int hd,
   for (int c = 0; c < NH; c++) acc[c] = vzero();
   for (int jj = 0; jj < n; jj++) {
     const V w = vset1(sc[jj]);
-    const float* vr = Vv + (size_t)(lo + jj) * hd;
+    const KT* vr = Vv + (size_t)(lo + jj) * hd;
     #pragma GCC unroll 16
-    for (int c = 0; c < NH - 1; c++) acc[c] = vfma(w, vload(vr + c * VW), acc[c]);
-    acc[NH - 1] = vfma(w, vloadm(vr + (NH - 1) * VW, tail), acc[NH - 1]);
+    for (int c = 0; c < NH - 1; c++) acc[c] = vfma(w, kload(vr + c * VW), acc[c]);
+    acc[NH - 1] = vfma(w, kloadm(vr + (NH - 1) * VW, tail), acc[NH - 1]);
   }
   const V iv = vset1(inv);
   #pragma GCC unroll 16
@@ -768,15 +787,15 @@ static void attend_row(const float* qr, const float* K, const float* Vv, int hd,
 // Scores of RS rows over keys K[0..n): s[i][j] = qs[i] · k_j (q rows zero past hd). Each key row is loaded into
 // registers once for the RS rows (the K cache of a head, ~115 KB at depth 400, sits in L2: read
 // once per row it bounded a verify by L2 bandwidth); one horizontal sum per key and row remains.
-template <int NH, int RS>
-static inline void score_rows(const float* qs, int ldq, const float* K, int hd, int n, float* s, int lds) {
+template <int NH, int RS, typename KT>
+static inline void score_rows(const float* qs, int ldq, const KT* K, int hd, int n, float* s, int lds) {
   const int tail = hd - (NH - 1) * VW;
   for (int j = 0; j < n; j++) {
-    const float* kr = K + (size_t)j * hd;
+    const KT* kr = K + (size_t)j * hd;
     V k[NH];
     #pragma GCC unroll 16
-    for (int c = 0; c < NH - 1; c++) k[c] = vload(kr + c * VW);
-    k[NH - 1] = vloadm(kr + (NH - 1) * VW, tail);
+    for (int c = 0; c < NH - 1; c++) k[c] = kload(kr + c * VW);
+    k[NH - 1] = kloadm(kr + (NH - 1) * VW, tail);
     #pragma GCC unroll 16
     for (int i = 0; i < RS; i++) {
       const float* qi = qs + (size_t)i * ldq;
@@ -821,8 +840,8 @@ static inline V vsum_each(const V* a) {
 
 // Scores of R rows over one block of VW keys K[0..VW): s[i][0..VW) = qs[i] · k_j, the VW dot
 // products reduced together (vsum_each). The block (VW · hd floats) stays in L1 across the rows.
-template <int NH>
-static inline void score_block(const float* qs, int ldq, int R, const float* K, int hd, float* s, int lds) {
+template <int NH, typename KT>
+static inline void score_block(const float* qs, int ldq, int R, const KT* K, int hd, float* s, int lds) {
   const int tail = hd - (NH - 1) * VW;
   for (int i = 0; i < R; i++) {
     const float* qi = qs + (size_t)i * ldq;
@@ -831,11 +850,11 @@ static inline void score_block(const float* qs, int ldq, int R, const float* K, 
     for (int c = 0; c < NH; c++) q[c] = vload(qi + c * VW);
     #pragma GCC unroll 16
     for (int j = 0; j < VW; j++) {
-      const float* kr = K + (size_t)j * hd;
-      V x = vmul(q[0], NH == 1 ? vloadm(kr, tail) : vload(kr));
+      const KT* kr = K + (size_t)j * hd;
+      V x = vmul(q[0], NH == 1 ? kloadm(kr, tail) : kload(kr));
       #pragma GCC unroll 16
-      for (int c = 1; c < NH - 1; c++) x = vfma(q[c], vload(kr + c * VW), x);
-      if (NH > 1) x = vfma(q[NH - 1], vloadm(kr + (NH - 1) * VW, tail), x);
+      for (int c = 1; c < NH - 1; c++) x = vfma(q[c], kload(kr + c * VW), x);
+      if (NH > 1) x = vfma(q[NH - 1], kloadm(kr + (NH - 1) * VW, tail), x);
       a[j] = x;
     }
     vstore(s + (size_t)i * lds, vsum_each(a));
@@ -845,8 +864,8 @@ static inline void score_block(const float* qs, int ldq, int R, const float* K, 
 // Values for RN rows: o_i = inv_i · Σ_j w[i][j] · v_j over keys [jlo, jhi) (weights of keys a row
 // does not see are 0), each value row loaded once for the RN rows. Row r0 + i is head
 // hA + (r0 + i) / T at t = (r0 + i) % T.
-template <int NH, int RN>
-static inline void value_rows(const float* w, int ldw, const float* Vv, int hd, int jlo, int jhi, const float* inv,
+template <int NH, int RN, typename KT>
+static inline void value_rows(const float* w, int ldw, const KT* Vv, int hd, int jlo, int jhi, const float* inv,
                               float* out, int ldo, int T, int hA, int r0) {
   const int tail = hd - (NH - 1) * VW;
   V acc[RN][NH];
@@ -855,13 +874,13 @@ static inline void value_rows(const float* w, int ldw, const float* Vv, int hd, 
     #pragma GCC unroll 16
     for (int c = 0; c < NH; c++) acc[i][c] = vzero();
   for (int j = jlo; j < jhi; j++) {
-    const float* vr = Vv + (size_t)j * hd;
+    const KT* vr = Vv + (size_t)j * hd;
     #pragma GCC unroll 16
     for (int i = 0; i < RN; i++) {
       const V wi = vset1(w[(size_t)i * ldw + j]);
       #pragma GCC unroll 16
-      for (int c = 0; c < NH - 1; c++) acc[i][c] = vfma(wi, vload(vr + c * VW), acc[i][c]);
-      acc[i][NH - 1] = vfma(wi, vloadm(vr + (NH - 1) * VW, tail), acc[i][NH - 1]);
+      for (int c = 0; c < NH - 1; c++) acc[i][c] = vfma(wi, kload(vr + c * VW), acc[i][c]);
+      acc[i][NH - 1] = vfma(wi, kloadm(vr + (NH - 1) * VW, tail), acc[i][NH - 1]);
     }
   }
   #pragma GCC unroll 16
@@ -887,8 +906,8 @@ constexpr int NREG = 16;
 // 2. a softmax per row over the keys it sees (causal: pos + 1; Mistral's window), kept as weights;
 // 3. values: each value row loaded once for RV rows, RV·NH accumulators in registers.
 // Row r is head hA + r / T at position p + r % T.
-template <int NH>
-static void attend_group(const float* q, int ldq, const float* K, const float* Vv, int hd, int p, int T, int hA,
+template <int NH, typename KT>
+static void attend_group(const float* q, int ldq, const KT* K, const KT* Vv, int hd, int p, int T, int hA,
                          int hB, int window, float scale, float* out, int ldo, std::vector<float>& buf) {
   constexpr int RS = 8, RV = std::max(1, std::min(8, (NREG - 2) / NH));
   const int R = (hB - hA) * T;
@@ -909,12 +928,12 @@ static void attend_group(const float* q, int ldq, const float* K, const float* V
     lo[r] = (window > 0 ? std::max(0, pos - window + 1) : 0) - lo0;
     hi[r] = pos + 1 - lo0;
   }
-  const float* K0 = K + (size_t)lo0 * hd;
+  const KT* K0 = K + (size_t)lo0 * hd;
   const int nb = n / VW * VW;
   for (int j0 = 0; j0 < nb; j0 += VW) score_block<NH>(qs, W, R, K0 + (size_t)j0 * hd, hd, S + j0, np);
   for (int r0 = 0; r0 < R && nb < n;) {  // the last n % VW keys: RS rows at a time, then 4, 2, 1
     const float* qr = qs + (size_t)r0 * W;
-    const float* Kt = K0 + (size_t)nb * hd;
+    const KT* Kt = K0 + (size_t)nb * hd;
     float* s0 = S + (size_t)r0 * np + nb;
     const int left = R - r0;
     if (left >= RS) score_rows<NH, RS>(qr, W, Kt, hd, n - nb, s0, np), r0 += RS;
@@ -943,7 +962,7 @@ static void attend_group(const float* q, int ldq, const float* K, const float* V
     int jlo = lo[r], jhi = hi[r];
     for (int i = 1; i < rn; i++) jlo = std::min(jlo, lo[r + i]), jhi = std::max(jhi, hi[r + i]);
     const float* w = S + (size_t)r * np;
-    const float* V0 = Vv + (size_t)lo0 * hd;
+    const KT* V0 = Vv + (size_t)lo0 * hd;
     if (rn == RV) value_rows<NH, RV>(w, np, V0, hd, jlo, jhi, inv + r, out, ldo, T, hA, r);
     else if (rn == 4) value_rows<NH, 4>(w, np, V0, hd, jlo, jhi, inv + r, out, ldo, T, hA, r);
     else if (rn == 2) value_rows<NH, 2>(w, np, V0, hd, jlo, jhi, inv + r, out, ldo, T, hA, r);
@@ -952,43 +971,40 @@ static void attend_group(const float* q, int ldq, const float* K, const float* V
   }
 }
 
-using RowFn = void (*)(const float*, const float*, const float*, int, int, int, float, float*, float*);
+template <typename KT>
+using RowFn = void (*)(const float*, const KT*, const KT*, int, int, int, float, float*, float*);
+template <typename KT>
+using GroupFn = void (*)(const float*, int, const KT*, const KT*, int, int, int, int, int, int, float, float*, int,
+                         std::vector<float>&);
 
-static RowFn row_fn(int hd) {
-  static const RowFn fns[] = {attend_row<1>, attend_row<2>, attend_row<3>, attend_row<4>,
-                              attend_row<5>, attend_row<6>, attend_row<7>, attend_row<8>,
-                              attend_row<9>, attend_row<10>, attend_row<11>, attend_row<12>,
-                              attend_row<13>, attend_row<14>, attend_row<15>, attend_row<16>};
-  int nh = (hd + VW - 1) / VW;
-  return nh <= 16 ? fns[nh - 1] : nullptr;
+// The instance for nh = ceil(hd / VW) vectors a head (1..16; null past that).
+template <typename KT, int NH = 1>
+static RowFn<KT> row_fn(int nh) {
+  if constexpr (NH > 16) return nullptr;
+  else return nh == NH ? attend_row<NH, KT> : row_fn<KT, NH + 1>(nh);
 }
 
-using GroupFn = void (*)(const float*, int, const float*, const float*, int, int, int, int, int, int, float, float*,
-                        int, std::vector<float>&);
-
-static GroupFn group_fn(int hd) {
-  static const GroupFn fns[] = {attend_group<1>, attend_group<2>, attend_group<3>, attend_group<4>,
-                                attend_group<5>, attend_group<6>, attend_group<7>, attend_group<8>,
-                                attend_group<9>, attend_group<10>, attend_group<11>, attend_group<12>,
-                                attend_group<13>, attend_group<14>, attend_group<15>, attend_group<16>};
-  int nh = (hd + VW - 1) / VW;
-  return nh <= 16 ? fns[nh - 1] : nullptr;
+template <typename KT, int NH = 1>
+static GroupFn<KT> group_fn(int nh) {
+  if constexpr (NH > 16) return nullptr;
+  else return nh == NH ? attend_group<NH, KT> : group_fn<KT, NH + 1>(nh);
 }
 
 // Attention of T queries at positions p.. over the cache (keys up to each query's position,
 // the last `window` of them when set) for query heads [h0, h1). One row (a decode step) takes
 // attend_row; 2+ rows take attend_group per K/V head, TG positions at a time (bounds the scores
 // kept, and the keys scored past a row's own position: at most TG - 1 per row).
-static void attend(const Model& m, const float* q, int ldq, const float* kc, const float* vc, int P, int p, int T,
+template <typename KT>
+static void attend(const Model& m, const float* q, int ldq, const KT* kc, const KT* vc, int P, int p, int T,
                    int h0, int h1, float* out, int ldo, std::vector<float>& sc) {
   constexpr int TG = 16;
-  const int hd = m.hd, g = m.H / m.Hkv;
+  const int hd = m.hd, g = m.H / m.Hkv, nh = (hd + VW - 1) / VW;
   const float scale = 1.0f / std::sqrt((float)hd);
   if (T >= 2) {
-    const GroupFn fn = group_fn(hd);
+    const GroupFn<KT> fn = group_fn<KT>(nh);
     for (int kv = h0 / g; kv * g < h1; kv++) {
-      const float* K = kc + (size_t)kv * P * hd;
-      const float* Vv = vc + (size_t)kv * P * hd;
+      const KT* K = kc + (size_t)kv * P * hd;
+      const KT* Vv = vc + (size_t)kv * P * hd;
       const int hA = std::max(h0, kv * g), hB = std::min(h1, (kv + 1) * g);
       for (int t0 = 0; t0 < T; t0 += TG)
         fn(q + (size_t)t0 * ldq, ldq, K, Vv, hd, p + t0, std::min(TG, T - t0), hA, hB, m.window, scale,
@@ -996,13 +1012,40 @@ static void attend(const Model& m, const float* q, int ldq, const float* kc, con
     }
     return;
   }
-  const RowFn fn = row_fn(hd);
+  const RowFn<KT> fn = row_fn<KT>(nh);
   sc.resize(p + T + VW);
   for (int h = h0; h < h1; h++) {
-    const float* K = kc + (size_t)(h / g) * P * hd;
-    const float* Vv = vc + (size_t)(h / g) * P * hd;
+    const KT* K = kc + (size_t)(h / g) * P * hd;
+    const KT* Vv = vc + (size_t)(h / g) * P * hd;
     const int lo = m.window > 0 ? std::max(0, p - m.window + 1) : 0;
     fn(q + (size_t)h * hd, K, Vv, hd, lo, p + 1 - lo, scale, sc.data(), out + (size_t)h * hd);
+  }
+}
+
+// The K/V rows of T new tokens (their rotated keys and values in `qkv` rows) into one layer of a
+// sequence's cache, then their attention.
+template <typename KT>
+static void write_attend(const Model& m, const float* qkv, int nqkv, KT* kl, KT* vl, int P, int p, int T,
+                         float* orows, int nt, std::vector<std::vector<float>>& sc) {
+  const int H = m.H, Hkv = m.Hkv, hd = m.hd;
+  for (int t = 0; t < T; t++)
+    for (int hh = 0; hh < Hkv; hh++) {
+      const float* row = qkv + (size_t)t * nqkv;
+      kstore(kl + ((size_t)hh * P + p + t) * hd, row + (size_t)(H + hh) * hd, hd);
+      kstore(vl + ((size_t)hh * P + p + t) * hd, row + (size_t)(H + Hkv + hh) * hd, hd);
+    }
+  if (nt > 1 && H > 1) {
+#pragma omp parallel num_threads(nt)
+    {
+#ifdef _OPENMP
+      int id = omp_get_thread_num(), nth = omp_get_num_threads();
+#else
+      int id = 0, nth = 1;
+#endif
+      attend(m, qkv, nqkv, kl, vl, P, p, T, H * id / nth, H * (id + 1) / nth, orows, H * hd, sc[id]);
+    }
+  } else {
+    attend(m, qkv, nqkv, kl, vl, P, p, T, 0, H, orows, H * hd, sc[0]);
   }
 }
 
@@ -1018,13 +1061,13 @@ static thread_local Work work;
 
 extern "C" {
 
-// One sequence of a step: its runner's cache (kc, vc: [L, Hkv, P, hd] float32), rotations (rot:
-// [P, hd/2] complex64) and T new tokens at positions p...
+// One sequence of a step: its runner's cache (kc, vc: [L, Hkv, P, hd], float32 or with kv16
+// fp16), rotations (rot: [P, hd/2] complex64) and T new tokens at positions p...
 struct Seq {
-  float* kc;
-  float* vc;
+  void* kc;
+  void* vc;
   const float* rot;
-  int32_t P, T, p;
+  int32_t P, T, p, kv16;
 };
 
 // Append each sequence's tokens (ids: theirs one after another) and write their logits [ΣT, V]
@@ -1036,7 +1079,7 @@ int nstep_forward_many(const Model* mp, const Seq* seqs, int n, const int64_t* i
   const Model& m = *mp;
   int S = 0;
   for (int i = 0; i < n; i++) {
-    if (seqs[i].p + seqs[i].T > seqs[i].P || seqs[i].T <= 0) return 1;
+    if (seqs[i].p + seqs[i].T > seqs[i].P || seqs[i].T <= 0 || (seqs[i].kv16 && m.hd % 2)) return 1;
     S += seqs[i].T;
   }
   if (n <= 0 || m.hd > 16 * VW) return 1;
@@ -1059,10 +1102,7 @@ int nstep_forward_many(const Model* mp, const Seq* seqs, int n, const int64_t* i
     matmul(L.qkv, w.xn.data(), D, S, w.qkv.data(), nqkv, false, nt, w.s);
     for (int i = 0, row0 = 0; i < n; row0 += seqs[i].T, i++) {
       const Seq& q = seqs[i];
-      const size_t layer_kv = (size_t)Hkv * q.P * hd;
-      float* kl = q.kc + li * layer_kv;
-      float* vl = q.vc + li * layer_kv;
-      for (int t = 0; t < q.T; t++) {
+      for (int t = 0; t < q.T; t++) {  // q/k norm (Qwen3) and RoPE, in place
         float* row = w.qkv.data() + (size_t)(row0 + t) * nqkv;
         const float* r = q.rot + (size_t)(q.p + t) * hd;  // complex pairs (cos, sin)
         for (int hh = 0; hh < H + Hkv; hh++) {
@@ -1077,26 +1117,15 @@ int nstep_forward_many(const Model* mp, const Seq* seqs, int n, const int64_t* i
             v[j] = a * c - b * sn;
             v[j + 1] = a * sn + b * c;
           }
-          if (hh >= H) memcpy(kl + ((size_t)(hh - H) * q.P + q.p + t) * hd, v, sizeof(float) * hd);
         }
-        for (int hh = 0; hh < Hkv; hh++)
-          memcpy(vl + ((size_t)hh * q.P + q.p + t) * hd, row + (size_t)(H + Hkv + hh) * hd, sizeof(float) * hd);
       }
+      const size_t layer_kv = (size_t)li * Hkv * q.P * hd;
       const float* qrows = w.qkv.data() + (size_t)row0 * nqkv;
       float* orows = w.att.data() + (size_t)row0 * H * hd;
-      if (nt > 1 && H > 1) {
-#pragma omp parallel num_threads(nt)
-        {
-#ifdef _OPENMP
-          int id = omp_get_thread_num(), nth = omp_get_num_threads();
-#else
-          int id = 0, nth = 1;
-#endif
-          attend(m, qrows, nqkv, kl, vl, q.P, q.p, q.T, H * id / nth, H * (id + 1) / nth, orows, H * hd, w.sc[id]);
-        }
-      } else {
-        attend(m, qrows, nqkv, kl, vl, q.P, q.p, q.T, 0, H, orows, H * hd, w.sc[0]);
-      }
+      if (q.kv16)
+        write_attend(m, qrows, nqkv, (uint16_t*)q.kc + layer_kv, (uint16_t*)q.vc + layer_kv, q.P, q.p, q.T, orows, nt, w.sc);
+      else
+        write_attend(m, qrows, nqkv, (float*)q.kc + layer_kv, (float*)q.vc + layer_kv, q.P, q.p, q.T, orows, nt, w.sc);
     }
     matmul(L.o, w.att.data(), H * hd, S, x, D, true, nt, w.s);
     rms(x, D, S, D, L.w_post, m.eps, w.xn.data(), D);
@@ -1120,22 +1149,22 @@ int nstep_forward_many(const Model* mp, const Seq* seqs, int n, const int64_t* i
 }
 
 // One runner's forward: T tokens at positions p.. (see Seq).
-int nstep_forward(const Model* mp, float* kc, float* vc, int P, const float* rot, const int64_t* ids, int T, int p,
-                  float* logits, int nt) {
-  const Seq one{kc, vc, rot, P, T, p};
+int nstep_forward(const Model* mp, void* kc, void* vc, int kv16, int P, const float* rot, const int64_t* ids, int T,
+                  int p, float* logits, int nt) {
+  const Seq one{kc, vc, rot, P, T, p, kv16};
   return nstep_forward_many(mp, &one, 1, ids, logits, nt);
 }
 
 // A draft's greedy proposal in one call: feed T tokens at positions p.., then take its argmax
 // (the first of equal maxima, as torch's), feed that, and so on: k ids into `out` (vocabulary ids:
 // through `rows` when the head is restricted). The cache then holds the feed and the first k-1.
-int nstep_greedy(const Model* mp, float* kc, float* vc, int P, const float* rot, const int64_t* ids, int T, int p,
-                 int k, const int64_t* rows, int64_t* out, int nt) {
+int nstep_greedy(const Model* mp, void* kc, void* vc, int kv16, int P, const float* rot, const int64_t* ids, int T,
+                 int p, int k, const int64_t* rows, int64_t* out, int nt) {
   static thread_local std::vector<float> lg;
   const int V = mp->V;
   if (k < 1 || p + T + k - 1 > P) return 1;
   lg.resize((size_t)T * V);
-  int rc = nstep_forward(mp, kc, vc, P, rot, ids, T, p, lg.data(), nt);
+  int rc = nstep_forward(mp, kc, vc, kv16, P, rot, ids, T, p, lg.data(), nt);
   const float* last = lg.data() + (size_t)(T - 1) * V;
   for (int i = 0; rc == 0 && i < k; i++) {
     int best = 0;
@@ -1143,7 +1172,7 @@ int nstep_greedy(const Model* mp, float* kc, float* vc, int P, const float* rot,
       if (last[j] > last[best]) best = j;
     out[i] = rows ? rows[best] : best;
     if (i + 1 < k) {
-      rc = nstep_forward(mp, kc, vc, P, rot, out + i, 1, p + T + i, lg.data(), nt);
+      rc = nstep_forward(mp, kc, vc, kv16, P, rot, out + i, 1, p + T + i, lg.data(), nt);
       last = lg.data();
     }
   }
@@ -1158,15 +1187,16 @@ int nstep_matmul(const Mat* m, const float* x, int T, float* y, int nt) {
 }
 
 // Attention on its own (tests): T queries q[T, H, hd] at positions p.. over kc, vc [Hkv, P, hd]
-// (the new rows already written), keys up to each query's position (the last `window` when > 0),
-// into out[T, H, hd]; one thread.
-int nstep_attend(const float* q, const float* kc, const float* vc, int P, int p, int T, int H, int Hkv, int hd,
-                 int window, float* out) {
-  if (T <= 0 || p < 0 || p + T > P || Hkv <= 0 || H % Hkv || hd <= 0 || hd > 16 * VW) return 1;
+// (float32, or fp16 with kv16; the new rows already written), keys up to each query's position
+// (the last `window` when > 0), into out[T, H, hd]; one thread.
+int nstep_attend(const float* q, const void* kc, const void* vc, int kv16, int P, int p, int T, int H, int Hkv,
+                 int hd, int window, float* out) {
+  if (T <= 0 || p < 0 || p + T > P || Hkv <= 0 || H % Hkv || hd <= 0 || hd > 16 * VW || (kv16 && hd % 2)) return 1;
   Model m{};
   m.H = H, m.Hkv = Hkv, m.hd = hd, m.window = window;
   static thread_local std::vector<float> sc;
-  attend(m, q, H * hd, kc, vc, P, p, T, 0, H, out, H * hd, sc);
+  if (kv16) attend(m, q, H * hd, (const uint16_t*)kc, (const uint16_t*)vc, P, p, T, 0, H, out, H * hd, sc);
+  else attend(m, q, H * hd, (const float*)kc, (const float*)vc, P, p, T, 0, H, out, H * hd, sc);
   return 0;
 }
 

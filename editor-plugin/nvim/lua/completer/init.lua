@@ -45,7 +45,7 @@ M.option_types = {
   draft_vocab = 'number', max_new_tokens = 'number', temperature = 'number', top_p = 'number',
   kv_budget_mb = 'number', lean = 'boolean', seed = 'number', fim_format = 'string',
   max_batch = 'number', batch_wait_ms = 'number', max_queue = 'number',
-  batch_step_tokens = 'number', decode_threads = 'number', warmup_chunk = 'number',
+  batch_step_tokens = 'number', decode_threads = 'number', kv_cache = 'string', warmup_chunk = 'number',
   type_through = 'boolean',
   -- client
   engine = 'string', engine_api_key = 'string', engine_model = 'string',
