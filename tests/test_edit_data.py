@@ -187,3 +187,42 @@ def test_induction_rows_repeat_a_string_of_frequent_tokens(embedded_tokenizer):
         assert set(s) <= set(frequent)
         assert [t for t in lab if t != -100] == s + s and lab[n + 1:3 * n + 1] == s + s
     assert all(torch.equal(a, b) for a, b in zip(stream.batch(7, 3), (x, y)))
+
+
+def test_realign_rows_copy_an_edited_string_and_mix_into_edit_steps(embedded_tokenizer):
+    """finetune_edits.RealignStream: `<fim_prefix><fim_suffix> s <fim_middle> s' <eos>` with s' = s
+    after a few span edits; the loss is on the tokens of s' that copy s (never on an inserted or
+    replaced one) and on the end; the tokens come from the given vocabulary. MixedStream's edit
+    steps carry such rows at `realign_rate`, and batches made from them are the same again."""
+    import difflib
+
+    import torch
+
+    from draft_models.finetune_edits import MixedStream, RealignStream
+
+    tok = embedded_tokenizer
+    vocab = list(range(100, 1100))
+    stream = RealignStream(vocab, tok, seed=2)
+    pre, suf, mid, eos = (tok.token_to_id(t) for t in ("<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<|endoftext|>"))
+    rng, edited = random.Random(4), 0
+    for _ in range(40):
+        ids, labels = stream.row(rng)
+        m = ids.index(mid)
+        s, out = ids[2:m], ids[m + 1:-1]
+        assert ids[:2] == [pre, suf] and ids[-1] == eos and len(ids) == len(labels)
+        assert 16 <= len(s) <= 320 and set(s) | set(out) <= set(vocab)
+        assert labels[:m + 1] == [-100] * (m + 1) and labels[-1] == eos
+        kept = [t for t in labels[m + 1:-1] if t != -100]
+        # the labelled tokens are a subsequence of s (copies) and of the answer
+        sm = difflib.SequenceMatcher(None, s, kept, autojunk=False)
+        assert sum(b.size for b in sm.get_matching_blocks()) == len(kept)
+        edited += out != s
+    assert 10 < edited < 40  # 0..4 edits a row: most are edited, some not
+    x, y = stream.batch(3, 4)
+    assert x.shape[0] == 4 and all(torch.equal(a, b) for a, b in zip(stream.batch(3, 4), (x, y)))
+
+    mixed = MixedStream([SOURCE], ["a.py"], tok, 1024, seed=1, edit_rate=1.0, max_region_chars=300,
+                        realign=stream, realign_rate=1.0)
+    x, y = mixed.batch(0, 2)
+    assert x.shape[0] == 4 and (x[:, 2:] == suf).sum() == 0 and (x[:, 1] == suf).all()
+    assert all(torch.equal(a, b) for a, b in zip(mixed.batch(0, 2), (x, y)))
