@@ -190,11 +190,32 @@ ne.request(0)
 vim.wait(300)
 check(ne.shown(0) == nil and #marks() == 0, 'a malformed reply is not shown')
 
--- 7. :checkhealth completer reports next edits with this session's counts and the normal-mode keys.
+-- 6b. <Esc> in insert mode (next_edit_dismiss) dismisses a suggestion shown while typing, and
+--     ends insert mode as the key does: with a count the insert is repeated.
+vim.api.nvim_buf_set_lines(0, 0, -1, false, DOC)
+answer('e9', { edit(2, 11, 2, 15, 'total') })
+_G.ask_typing = function()
+  ask()
+  check(vim.api.nvim_get_mode().mode == 'i' and ne.shown(0) ~= nil, 'shown in insert mode', vim.api.nvim_get_mode())
+end
+vim.api.nvim_feedkeys(vim.keycode('A<Cmd>lua ask_typing()<CR><Esc>'), 'xt', false)
+check(vim.api.nvim_get_mode().mode == 'n' and ne.shown(0) == nil and #marks() == 0, '<Esc> dismissed and left insert mode',
+  { mode = vim.api.nvim_get_mode(), marks = marks() })
+check(vim.deep_equal(feedback(), { id = 'e9', kind = 'nextEdit', accepted = false }), '<Esc> rejects', feedback())
+reply = nil
+local rejected = ne.counters.rejected
+vim.api.nvim_buf_set_lines(0, 0, -1, false, { '' })
+vim.api.nvim_feedkeys(vim.keycode('3ia<Esc>'), 'xt', false)
+check(lines()[1] == 'aaa' and vim.api.nvim_get_mode().mode == 'n', '3ia<Esc> repeats the insert', lines())
+check(ne.counters.rejected == rejected, 'nothing shown: nothing rejected', ne.counters)
+
+-- 7. :checkhealth completer reports next edits with this session's counts and the next-edit keys.
 vim.cmd('checkhealth completer')
 local report = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')
 check(report:find('OK on: asked 300 ms after the last change; %%d+ asked, %%d+ shown, 3 accepted') ~= nil
-  and report:find('OK <Tab> (next_edit_accept, normal mode)', 1, true) ~= nil, 'checkhealth', report)
+  and report:find('OK <Tab> (next_edit_accept, normal mode)', 1, true) ~= nil
+  and report:find('OK <Esc> (next_edit_dismiss, insert mode): then it does what it did: the key itself', 1, true) ~= nil,
+  'checkhealth', report)
 
 for _, f in ipairs(failures) do io.stdout:write('FAIL ' .. f .. '\n') end
 io.stdout:write('done\n')
@@ -278,6 +299,25 @@ def test_nvim_stale_suggestion_is_not_applied(rename_session):
     assert "return size" in buf and "return total" not in buf
     counters = nv.lua(COUNTERS)
     assert counters["accepted"] == 0 and counters["rejected"] >= 1, counters
+
+
+def test_nvim_esc_in_insert_mode_dismisses_and_leaves_insert_mode(rename_session):
+    """The suggestion shows while typing; <Esc> dismisses it (rejected, to the server too) and
+    leaves insert mode as usual."""
+    nv = rename_session
+    shown_marks(nv)
+    assert nv.lua("T.state()")["mode"] == "i"
+    nv.send("<Esc>")
+    nv.wait(lambda: nv.lua("T.state()")["mode"] == "n", 10, "<Esc> to leave insert mode")
+    assert nv.lua(MARKS) == [], "dismissed"
+    assert nv.buffer() == EDIT_AFTER.rstrip("\n"), "not applied"
+    counters = nv.lua(COUNTERS)
+    assert counters["rejected"] == 1 and counters["accepted"] == 0, counters
+    stats = nv.wait(lambda: (s := nv.lua("T.server_stats()")["stats"])["next_edit_rejected"] == 1 and s, 10,
+                    "the rejection at the server")
+    assert stats["next_edit_accepted"] == 0, stats
+    nv.send("<Tab>")  # normal mode: nothing left to apply
+    assert nv.buffer() == EDIT_AFTER.rstrip("\n") and nv.lua(COUNTERS)["accepted"] == 0
 
 
 # -- the web editor ------------------------------------------------------------------------------

@@ -362,6 +362,15 @@ def test_typing_on_rejects_and_tab_accepts(nvim_session):
     st = nv.lua("T.state()")
     assert st["counters"]["accepted"] == 1 and st["last_feedback"]["accepted"] is True
 
+    # <Esc> over ghost text (insert mode maps it to dismiss a next edit first): insert mode ends,
+    # the ghost goes and is reported as rejected.
+    ghost_after(nv, "<CR>    w = ")
+    rejected = nv.lua("T.state()")["counters"]["rejected"]
+    nv.send("<Esc>")
+    st = nv.wait(lambda: (s := nv.lua("T.state()"))["mode"] == "n" and s, 10, "<Esc> to leave insert mode")
+    assert st["counters"]["rejected"] == rejected + 1 and st["last_feedback"]["accepted"] is False, st
+    assert nv.lua("T.ghost()") == []
+
 
 def test_ghost_text_has_its_own_highlight_with_a_cterm_colour(nvim_session):
     """CompleterGhost: grey and italic with a cterm colour, standing in for ComplHint in the

@@ -94,16 +94,19 @@ local function check_next_edit(config, bufnr)
   local c = require('completer.next_edit').counters
   health.ok(('on: asked %d ms after the last change; %d asked, %d shown, %d accepted, %d rejected, %d stale'):format(
     opts.next_edit_debounce_ms or 300, c.requests, c.shown, c.accepted, c.rejected, c.stale))
-  for _, action in ipairs({ 'next_edit_accept', 'next_edit_dismiss' }) do
-    local lhs = config.keymaps[action]
+  -- in insert mode next_edit_dismiss always goes on to what the key did (<Esc> leaves insert mode)
+  for _, key in ipairs({ { 'next_edit_accept', 'n' }, { 'next_edit_dismiss', 'n' }, { 'next_edit_dismiss', 'i' } }) do
+    local action, mode = key[1], key[2]
+    local lhs, where = config.keymaps[action], mode == 'n' and 'normal mode' or 'insert mode'
     if lhs then
-      local map = vim.api.nvim_buf_call(bufnr, function() return vim.fn.maparg(lhs, 'n', false, true) end)
+      local map = vim.api.nvim_buf_call(bufnr, function() return vim.fn.maparg(lhs, mode, false, true) end)
       if next(map) and not (map.desc or ''):match('^completer:') then
-        health.warn(('%s (%s, normal mode) is mapped by something else: %s'):format(lhs, action,
+        health.warn(('%s (%s, %s) is mapped by something else: %s'):format(lhs, action, where,
           map.desc or map.rhs or '<Lua function>'), { 'choose another key in setup({ keymaps = { ... } })' })
       elseif next(map) then
-        local prev = require('completer').previous_mapping(bufnr, lhs, 'n')
-        health.ok(('%s (%s, normal mode): without a suggestion it falls through to %s'):format(lhs, action,
+        local prev = require('completer').previous_mapping(bufnr, lhs, mode)
+        health.ok(('%s (%s, %s): %s %s'):format(lhs, action, where,
+          mode == 'n' and 'without a suggestion it falls through to' or 'then it does what it did:',
           prev and (prev.desc or prev.rhs or '<Lua function>') or 'the key itself'))
       end
     end

@@ -79,7 +79,8 @@ M.defaults = {
     next = '<M-]>',
     prev = '<M-[>',
     -- Normal mode: apply (or jump to) / dismiss a next-edit suggestion; in insert mode `accept`
-    -- applies one when no ghost text is shown.
+    -- applies one when no ghost text is shown, and `next_edit_dismiss` dismisses one, then does
+    -- what the key does (<Esc> leaves insert mode).
     next_edit_accept = '<Tab>',
     next_edit_dismiss = '<Esc>',
   },
@@ -491,7 +492,8 @@ end
 local function map_keys(bufnr)
   local km = M.config.keymaps
   previous[bufnr] = previous[bufnr] or {}
-  local function map(mode, lhs, fn, desc)
+  -- `passes`: the key always goes on to do what it did (after `fn`), guard or not.
+  local function map(mode, lhs, fn, desc, passes)
     if not lhs then
       return
     end
@@ -500,10 +502,10 @@ local function map_keys(bufnr)
       previous[bufnr][mode .. lhs] = prev
     end
     vim.keymap.set(mode, lhs, function()
-      if guarded(bufnr) then
+      if not passes and guarded(bufnr) then
         return -- a ghost was just taken back: this press was meant for it
       end
-      if not fn() then
+      if not fn() or passes then
         fall_through(bufnr, mode, lhs)
       end
     end, { buffer = bufnr, desc = desc })
@@ -515,6 +517,8 @@ local function map_keys(bufnr)
     'completer: accept ghost text or next edit')
   map('n', km.next_edit_accept, function() return next_edit.accept(bufnr) end, 'completer: apply next edit')
   map('n', km.next_edit_dismiss, function() return next_edit.dismiss(bufnr) end, 'completer: dismiss next edit')
+  map('i', km.next_edit_dismiss, function() return next_edit.dismiss(bufnr) end,
+    'completer: dismiss next edit, then the key as usual', true)
   imap(km.accept_word, function() return M.accept_partial('word') end, 'completer: accept next word')
   imap(km.accept_line, function() return M.accept_partial('line') end, 'completer: accept next line')
   if km.next then

@@ -14,8 +14,9 @@
 --- shown suggestion is applied only while the buffer is at the version it was computed on.
 ---
 --- Keys: the accept key (insert mode) and `keymaps.next_edit_accept` (normal mode) jump to an
---- edit outside the window, or apply it; `keymaps.next_edit_dismiss` (normal mode, <Esc>)
---- dismisses. Without a suggestion they fall through as the accept keys do.
+--- edit outside the window, or apply it; `keymaps.next_edit_dismiss` (<Esc>) dismisses, in normal
+--- mode and in insert mode (where the key then leaves insert mode as usual). Without a
+--- suggestion they fall through as the accept keys do.
 local M = {}
 
 local api = vim.api
