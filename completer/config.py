@@ -91,7 +91,7 @@ class EngineConfig:
     decode_threads: int = opt(1, "CPU threads for a decode step or verify of the target: 1 keeps each step steady "
                               "while other processes hold a core; more is faster on an otherwise idle machine "
                               "(bench/peers.py measures both)", lo=1, hi=256, reload=True)
-    kv_cache: str = opt("f16", "the CPU decode step's K/V cache: f16 (half the bytes a step reads at depth, as "
+    kv_cache: str = opt("f16", "the native CPU decode step's K/V cache: f16 (half the bytes a step reads at depth, as "
                         "llama.cpp's default; logits within ~1e-3 of f32) | f32 (the checkpoint's arithmetic)",
                         choices=("f16", "f32"), reload=True)
     warmup_chunk: int = opt(32, "warmup prefill chunk: the most an interactive request waits on it", lo=1,

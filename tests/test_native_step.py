@@ -460,8 +460,9 @@ def test_generations_step_side_by_side(lib):
 
 
 def test_kv_cache_option_reaches_the_runners(lib, tok):  # noqa: F811
-    """EngineConfig.kv_cache picks the native runners' cache type (target and draft), and a
-    completion through either is greedy and complete; f16 halves the bytes a cached token takes."""
+    """EngineConfig.kv_cache picks the native runners' cache type (target and draft), the KV
+    budget reserves what they hold, and a completion through either is greedy and complete; f16
+    halves the bytes a cached token takes."""
     got, v = {}, tok.get_vocab_size()
     for kv in ("f16", "f32"):
         pair = Pair(random_llama(64, 2, 0, vocab=v, dtype=torch.float32),
@@ -471,5 +472,6 @@ def test_kv_cache_option_reaches_the_runners(lib, tok):  # noqa: F811
         cache = e.caches["a"]
         assert type(cache.target) is NativeRunner and cache.target.k.dtype == KV_DTYPES[kv]
         assert cache.draft.k.dtype == KV_DTYPES[kv]
+        assert e.cache_bytes == cache.target.reserved_bytes() + cache.draft.reserved_bytes()  # the budget's unit
         got[kv] = (c.new_tokens, cache.target.kv_bytes() / len(cache.target.ids))
     assert got["f16"][1] * 2 == got["f32"][1] and got["f16"][0] > 0

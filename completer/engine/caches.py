@@ -10,17 +10,18 @@ import torch
 from ..config import EngineConfig
 from .drafters import AdaptiveK, NgramDrafter
 from .models import Pair
-from .runner_factory import make_runner
+from .runner_factory import kv_dtype, make_runner
 
 
-def kv_reserve_bytes(model, ctx: int) -> int:
+def kv_reserve_bytes(model, ctx: int, cfg: EngineConfig | None = None) -> int:
     """Bytes of K/V one runner can hold over `ctx` positions: what LlamaRunner preallocates, and
-    the most an HFRunner's cache grows to (forward refuses past its max_len)."""
+    the most an HFRunner's cache grows to (forward refuses past its max_len); in the dtype
+    make_runner gives it under `cfg` (the native step's kv_cache), else the compute dtype."""
     c = model.config
     heads = c.num_attention_heads
     hd = getattr(c, "head_dim", None) or c.hidden_size // heads
     kv = getattr(c, "num_key_value_heads", None) or heads
-    dtype = getattr(model, "dtype", None)  # the compute dtype: K/V are stored in it
+    dtype = (kv_dtype(model, cfg.lean, cfg.kv_cache) if cfg is not None else None) or getattr(model, "dtype", None)
     elt = (torch.empty(0, dtype=dtype).element_size() if isinstance(dtype, torch.dtype)
            else model.get_input_embeddings().weight.element_size())
     return 2 * c.num_hidden_layers * kv * ctx * hd * elt

@@ -85,7 +85,7 @@ class Engine:
         self.sampling = Sampling(cfg.temperature, cfg.top_p)
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.budget = int(cfg.kv_budget_mb * 2**20)
-        self.cache_bytes = sum(kv_reserve_bytes(m, self.ctx) for m in (self.pair.target, self.pair.draft)
+        self.cache_bytes = sum(kv_reserve_bytes(m, self.ctx, cfg) for m in (self.pair.target, self.pair.draft)
                                if m is not None)  # one document's caches, reserved
         self.caches: OrderedDict[str, DocCache] = OrderedDict()  # LRU order; guarded by sched.cond
         self.records = Records()

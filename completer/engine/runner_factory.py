@@ -14,6 +14,32 @@ from .runner import HFRunner, LlamaRunner, LlamaWeights, _Runner, lean_supported
 KV_DTYPES = {"f16": torch.float16, "f32": torch.float32}
 
 
+def _lean_weights(model, lean: bool) -> LlamaWeights | None:
+    """`model` as the lean runners' weights (an HF model's fused once, shared by slots), or None:
+    HF's own forward serves it."""
+    if isinstance(model, LlamaWeights):
+        return model
+    if not (lean and lean_supported(model)):
+        return None
+    w = getattr(model, "_lean_weights", None)
+    if w is None:
+        w = model._lean_weights = LlamaWeights.from_hf(model)
+    return w
+
+
+def _native_lib(w: LlamaWeights, lean: bool):
+    return native_or_none() if lean and w.device.type == "cpu" and eligible(w, native=True) else None
+
+
+def kv_dtype(model, lean: bool = True, kv_cache: str = "f16") -> torch.dtype | None:
+    """The dtype of the K/V cache make_runner gives `model`: `kv_cache` on the native step (float32
+    for an odd head width), else None (the model's compute dtype)."""
+    w = _lean_weights(model, lean)
+    if w is None or _native_lib(w, lean) is None:
+        return None
+    return KV_DTYPES[kv_cache] if w.hd % 2 == 0 else torch.float32
+
+
 def make_runner(model, max_len: int | None = None, lean: bool = True, threads: int = 1,
                 kv_cache: str = "f16") -> _Runner:
     """A runner for `model`: LlamaWeights → lean; an HF model → lean when its config is in the
@@ -22,19 +48,14 @@ def make_runner(model, max_len: int | None = None, lean: bool = True, threads: i
     through native_runner.py's one-call step on `threads` threads (EngineConfig.decode_threads),
     its K/V cache in `kv_cache` (EngineConfig.kv_cache: f16 | f32), or np_runner.py's NumPy step
     where the native library is unavailable (logged once, with why)."""
-    w = model if isinstance(model, LlamaWeights) else None
-    if w is None and lean and lean_supported(model):
-        w = getattr(model, "_lean_weights", None)
-        if w is None:
-            w = model._lean_weights = LlamaWeights.from_hf(model)  # fused once, shared by slots
+    w = _lean_weights(model, lean)
     if w is None:
         return HFRunner(model, max_len)
     if w.device.type == "cuda":  # static shapes replayed as CUDA graphs (cuda_graphs.py)
         return GraphRunner(w, max_len)
-    if lean and eligible(w, native=True):
-        lib = native_or_none()
-        if lib is not None:
-            return NativeRunner(w, lib, max_len, threads, KV_DTYPES[kv_cache] if w.hd % 2 == 0 else torch.float32)
+    lib = _native_lib(w, lean)
+    if lib is not None:
+        return NativeRunner(w, lib, max_len, threads, kv_dtype(w, lean, kv_cache))
     if lean and eligible(w):
         return NumpyRunner(w, max_len, threads)
     return LlamaRunner(w, max_len)
