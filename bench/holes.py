@@ -153,7 +153,7 @@ def variant(hole: dict, comp, ms: float) -> dict:
 
 def run(args) -> dict:
     engine = make_engine(None, target=args.target, draft=args.draft, max_new_tokens=args.max_new_tokens,
-                         device=args.device)
+                         device=args.device, kv_cache=args.kv_cache)
     # the syntax layer's time budget as large as the schema allows: under load the default would
     # skip checks on some holes and change the numbers from run to run
     budget = SyntaxOptions(syntax_budget_ms=OPTIONS["syntax_budget_ms"].meta["hi"])
@@ -175,6 +175,7 @@ def run(args) -> dict:
         print(f"\r{i + 1}/{args.n}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     return {"n": len(rows), "target": args.target or "embedded default", "draft": args.draft or "embedded default",
+            "kv_cache": args.kv_cache,
             "max_new_tokens": args.max_new_tokens, "seed": args.seed, "variants": ["raw", *pipelines],
             "summary": {kind: summarize(rows, kind, ["raw", *pipelines]) for kind in ("all", "line", "block")},
             "holes": rows}
@@ -247,6 +248,7 @@ def main() -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kv-cache", default="f16", choices=["f16", "f32"], help="EngineConfig.kv_cache")
     ap.add_argument("--no-degenerate-stop", action="store_true",
                     help="also run the pipeline without the degenerate stop (the before column)")
     ap.add_argument("--out", type=Path, default=OUT)

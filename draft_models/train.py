@@ -175,6 +175,17 @@ def evaluate_loss(model, stream: SampleStream, cfg: TrainConfig, teacher=None) -
     return out
 
 
+def _padded(x: torch.Tensor, y: torch.Tensor, pad: int, grid: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch as long as its longest row rounded up to `grid` (padding with no loss: causal
+    attention keeps it from the rows' positions). Batches of every length made a new set of
+    kernels per shape: the edit fine-tune's memory grew from 5 to 11 GB in 30 minutes."""
+    T = x.shape[1]
+    extra = -T % grid
+    if not extra:
+        return x, y
+    return F.pad(x, (0, extra), value=pad if pad is not None else 0), F.pad(y, (0, extra), value=-100)
+
+
 def run_stage(name: str, model, train: SampleStream, heldout: SampleStream, cfg: TrainConfig,
               run_dir: Path, log, teacher=None) -> dict:
     """Train `model` (CE on labels, or KL to `teacher`'s distribution when given), resumable."""
@@ -205,7 +216,7 @@ def run_stage(name: str, model, train: SampleStream, heldout: SampleStream, cfg:
     for batch in batches(train, step, cfg.steps, cfg.batch_size, cfg.workers):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
-        x, y = (t.to(dev) for t in batch)
+        x, y = (t.to(dev) for t in _padded(*batch, model.config.pad_token_id))
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
             logits = model(input_ids=x).logits  # [B, T, V]
             if teacher is not None:
