@@ -17,10 +17,11 @@ import time
 from pathlib import Path
 
 import msgpack
+import pytest
 from test_serve import _env, start_server
 from websockets.asyncio.client import connect
 
-from completer.serve.workers import pool_size
+from completer.serve.workers import Workers, pool_size
 
 
 def threads(pid: int) -> int:
@@ -104,9 +105,35 @@ def test_a_signal_while_the_models_load_exits_cleanly():
     assert during > 0
 
 
+async def test_a_newer_request_waiting_for_a_worker_supersedes_the_running_one():
+    """With every worker busy, a newer request for a document tells that document's running
+    request it is superseded (its caller cancels it: it holds the worker the newer one waits
+    for); one for another document waits without a word, and a request still waiting gives way
+    to a newer one for its document as before."""
+    w = Workers(1, 8)
+    release, told = threading.Event(), []
+    first = await w.run("a", lambda: release.wait(10) and "first", lambda: told.append("a"))
+    other = asyncio.create_task(w.run("b", lambda: "b"))
+    await asyncio.sleep(0.05)
+    assert told == [] and not other.done()  # another document: no word, it waits
+    newer = asyncio.create_task(w.run("a", lambda: "newer"))
+    await asyncio.sleep(0.05)
+    assert told == ["a"]  # the caller would cancel it now
+    newest = asyncio.create_task(w.run("a", lambda: "newest"))
+    await asyncio.sleep(0.05)
+    assert await newer is None and told == ["a", "a"]  # the waiting one gave way
+    release.set()
+    assert await first == "first"
+    assert await (await other) == "b" and await (await newest) == "newest"
+    assert w.busy == 0 and w.running == {} and w.waiting == []
+    w.shutdown()
+
+
 async def test_a_signal_mid_stream_ends_each_answer_with_an_error():
     """An SSE stream ends with an error event (not a cut chunked body); a WebSocket request gets
     an error frame, then the connection closes with 1001 (going away)."""
+    if pool_size(8) < 2:
+        pytest.skip("two answers in flight at once need two workers: the pool has one per core, here 1")
     p, addr = start_server("--max-new-tokens", "256")
     try:
         conn = http.client.HTTPConnection(*addr.split(":"), timeout=60)

@@ -122,17 +122,25 @@ class EngineService:
             finally:
                 loop.call_soon_threadsafe(deltas.put_nowait, None)
 
+        superseded = threading.Event()  # a newer request for the document waits for our worker
+
+        def supersede() -> None:
+            superseded.set()
+            cancel.set()
+
         self.cancels.add(cancel)
         try:
             if self.stopping:
                 raise Refused("not_ready", "the server is shutting down")
-            fut = await self.workers.run(job.doc_key, work)
+            fut = await self.workers.run(job.doc_key, work, supersede)
             if fut is None:  # a newer request for the document took its place in the queue
                 c = Completion("", stop_reason="superseded")
             else:
                 while (delta := await deltas.get()) is not None:
                     await on_delta(delta)
                 c = await fut
+                if superseded.is_set() and c.stop_reason == "cancelled":
+                    c.stop_reason = "superseded"
             if self.stopping and (cancel.is_set() or c.stop_reason == "cancelled"):
                 raise Refused("not_ready", "the server is shutting down; its answer was cut")
         except Refused as e:
@@ -220,7 +228,7 @@ class EngineService:
         try:
             if self.stopping:
                 raise Refused("not_ready", "the server is shutting down")
-            fut = await self.workers.run(doc_key, work)
+            fut = await self.workers.run(doc_key, work, cancel.set)  # a newer one waiting: ours is obsolete
             got = None if fut is None else await fut
         except Refused:
             self.metrics.requests.labels(kind, "error").inc()

@@ -8,7 +8,9 @@ threads and a request waits for one on the event loop (a future, no thread): fir
 served, at most `max_queue` waiting (more are refused as overloaded), and a request that a newer
 one for the same document finds still waiting gives way to it (it would be superseded the moment
 it started). A running request for that document is left to the engine, which supersedes it or
-lets the newer one type through its text.
+lets the newer one type through its text, unless the newer one has to wait for a worker: then
+the running one is told it is superseded (its caller cancels it), since its answer is obsolete
+and it holds the worker (on one core, the only one) the newer request waits for.
 
 Warmups are hints: one thread runs them one at a time, and a warmup that arrives while another
 waits replaces it (the newest context is the one worth prefilling).
@@ -36,26 +38,44 @@ class Workers:
         self.pool = ThreadPoolExecutor(size, thread_name_prefix="completer-work")
         self.busy = 0                                        # workers taken (event-loop state)
         self.waiting: list[tuple[str, asyncio.Future]] = []  # (document, future of the grant), in order
+        self.running: dict[str, list[Callable[[], None]]] = {}  # document → its running requests' `superseded`
         self._warm = ThreadPoolExecutor(1, thread_name_prefix="completer-warmup")
         self._warm_lock = threading.Lock()
         self._warm_next: Callable[[], None] | None = None    # the warmup waiting for the thread
         self._warm_queued = False                            # a drain task is queued or running
 
     # -- completions (call on the event loop) ------------------------------------------------
-    async def run(self, doc: str, fn: Callable[[], object]) -> asyncio.Future | None:
+    async def run(self, doc: str, fn: Callable[[], object],
+                  superseded: Callable[[], None] | None = None) -> asyncio.Future | None:
         """Start `fn` in a worker once one is free → its future (the worker is freed when it
         ends), or None when a newer request for `doc` took this one's place while it waited.
-        Raises Refused("overloaded") when `max_queue` requests wait already."""
+        `superseded()` is called (on the event loop) if, while `fn` runs, a newer request for
+        `doc` has to wait for a worker. Raises Refused("overloaded") when `max_queue` requests
+        wait already."""
         if self.busy < self.size and not self.waiting:
             self.busy += 1
-        elif not await self._wait(doc):
-            return None
+        else:
+            for tell in list(self.running.get(doc, ())):
+                tell()
+            if not await self._wait(doc):
+                return None
+        mine = self.running.setdefault(doc, [])
+        if superseded is not None:
+            mine.append(superseded)
+
+        def done(_) -> None:
+            if superseded is not None:
+                mine.remove(superseded)
+            if not mine and self.running.get(doc) is mine:
+                del self.running[doc]
+            self._free()
+
         try:
             fut = asyncio.get_running_loop().run_in_executor(self.pool, fn)
         except BaseException:
-            self._free()
+            done(None)
             raise
-        fut.add_done_callback(lambda _: self._free())
+        fut.add_done_callback(done)
         return fut
 
     async def _wait(self, doc: str) -> bool:
