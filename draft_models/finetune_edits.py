@@ -5,12 +5,16 @@ its window to `--ctx` positions (an editable region of 20–40 lines is written 
 original and as the answer). Stages, each checkpointed into --run-dir and
 resumed from there like build.py's:
 1. induction: strings of frequent tokens repeated (InductionStream), until the target copies;
-2. (optional, --copy-steps) copy tasks: regions of code answered unchanged;
+2. (--realign-steps) realign: edited copies of strings from the whole vocabulary (RealignStream),
+   so that it copies by content, rare tokens too, and finds its place again after a change;
+   (optional, --copy-steps) copy tasks: regions of code answered unchanged;
 3. edits: a mix of edit tasks (draft_models/edit_data.py, loss on the answer only; --copy-rate of
-   them copy tasks) and the ordinary plain/FIM samples of the first recipe at the new length, so
-   that completion does not get worse;
+   them copy tasks, --realign-rate realign rows) and the ordinary plain/FIM samples of the first
+   recipe at the new length, so that completion does not get worse;
 4. the draft distilled again from the fine-tuned target on the same mix.
-The defaults are the run draft_models/MODEL_CARD.md reports (not enough yet: not shipped).
+The defaults are the first run draft_models/MODEL_CARD.md reports; the second went on from it with
+--induction-steps 0 --realign-steps 500 --realign-rate 0.15 --target-steps 1100 (neither was
+enough: not shipped).
 Seeded; held-out files (data.HELD_OUT) stay out. bf16 where the CPU multiplies it natively;
 draft_models/gpu_finetune.sh runs the same on a lent GPU.
 """

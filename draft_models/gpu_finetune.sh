@@ -19,7 +19,8 @@ export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 workers=$(( $(nproc) - 2 ))
 "$PY" -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA")' | tee "$OUT/log.txt"
 timeout 540 "$PY" -m draft_models.finetune_edits --device "${DEVICE:-cuda}" --workers "$workers" --run-dir "$OUT/run" \
-  --out "$OUT/pair" --ctx 1024 --induction-steps 1500 --target-steps 2500 --draft-steps 800 --batch-size 16 \
+  --out "$OUT/pair" --ctx 1024 --induction-steps 1500 --realign-steps 800 --realign-rate 0.15 --target-steps 2500 \
+  --draft-steps 800 --batch-size 16 \
   --lr 1e-3 --edit-rate 0.7 --warmup 100 "$@" 2>>"$OUT/log.txt" | tee -a "$OUT/log.txt"
 rc=${PIPESTATUS[0]}
 if [ "$rc" -eq 0 ]; then
