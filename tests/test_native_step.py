@@ -98,8 +98,8 @@ def close_int8(outs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
     assert exact >= 0.5 * len(outs), f"{exact} of {len(outs)} forwards equal"
 
 
-@pytest.mark.parametrize("kv", [torch.float16, torch.float32])
-@pytest.mark.parametrize("storage", list(STORAGE))
+@pytest.mark.parametrize("storage, kv", [(st, torch.float16) for st in STORAGE]  # a float32 cache: one float
+                         + [("fp32", torch.float32), ("int8", torch.float32)])  # and the int8 weights
 @pytest.mark.parametrize("case", CASES)
 def test_step_matches_the_lean_runner(lib, any_lib, case, storage, kv):
     """After a prefill (torch), forwards of T = 1..32 new tokens (each rolled back), then steps and
@@ -107,8 +107,6 @@ def test_step_matches_the_lean_runner(lib, any_lib, case, storage, kv):
     cache in fp16 (the default: both round each row the same way) and in float32."""
     if any_lib is not lib and case not in ("mistral", "qwen3"):
         pytest.skip("the AVX2 build: one case with a window, one with q/k norm")
-    if kv == torch.float32 and storage not in ("fp32", "int8"):
-        pytest.skip("a float32 cache: one float and the int8 weights")
     w = weights(case, storage)
     ref, got = LlamaRunner(w, 128, kv), NativeRunner(w, any_lib, 128, kv_dtype=kv)
     assert got.k.dtype == kv and got.kv_bytes() == 0
