@@ -31,13 +31,15 @@ def _native_lib(w: LlamaWeights, lean: bool):
     return native_or_none() if lean and w.device.type == "cpu" and eligible(w, native=True) else None
 
 
+def _native_kv(w: LlamaWeights, kv_cache: str) -> torch.dtype:
+    return KV_DTYPES[kv_cache] if w.hd % 2 == 0 else torch.float32  # fp16 rows load by pairs
+
+
 def kv_dtype(model, lean: bool = True, kv_cache: str = "f16") -> torch.dtype | None:
     """The dtype of the K/V cache make_runner gives `model`: `kv_cache` on the native step (float32
     for an odd head width), else None (the model's compute dtype)."""
     w = _lean_weights(model, lean)
-    if w is None or _native_lib(w, lean) is None:
-        return None
-    return KV_DTYPES[kv_cache] if w.hd % 2 == 0 else torch.float32
+    return None if w is None or _native_lib(w, lean) is None else _native_kv(w, kv_cache)
 
 
 def make_runner(model, max_len: int | None = None, lean: bool = True, threads: int = 1,
@@ -55,7 +57,7 @@ def make_runner(model, max_len: int | None = None, lean: bool = True, threads: i
         return GraphRunner(w, max_len)
     lib = _native_lib(w, lean)
     if lib is not None:
-        return NativeRunner(w, lib, max_len, threads, kv_dtype(w, lean, kv_cache))
+        return NativeRunner(w, lib, max_len, threads, _native_kv(w, kv_cache))
     if lean and eligible(w):
         return NumpyRunner(w, max_len, threads)
     return LlamaRunner(w, max_len)
