@@ -53,6 +53,7 @@ def main() -> int:
         NgramDrafter,
     )
     from completer.engine.engine import Engine, EngineConfig
+    from completer.engine.native_lib import library
     from completer.engine.runner_factory import make_runner
     from completer.engine.sampling import Sampling
     from completer.engine.speculative import generate
@@ -72,12 +73,31 @@ def main() -> int:
 
     c = _step_ratio(eng, make_runner, prompts[0])
     eng.step_costs = costs = measure_step_costs(eng.pair, eng.ctx, eng.cfg, reps=5)  # what the adaptive k plans with
+    # where fp16 products run on AMX-BF16 tiles, the same methods with them in registers too (the
+    # native library's switch, per run: interleaved with the rest), each with its own measured costs
+    lib = library()[0]
+    amxh = lib.nstep_amxh_rows(-1) if lib is not None else 0
+    registers_costs = None
+    if amxh > 0:
+        lib.nstep_amxh_rows(0)
+        registers_costs = measure_step_costs(eng.pair, eng.ctx, eng.cfg, reps=5)
+        lib.nstep_amxh_rows(amxh)
 
-    def ours(drafter_kind: str, fixed_k: int | None = None):
+    def ours(drafter_kind: str, fixed_k: int | None = None, registers: bool = False):
         # adaptive: one schedule for the whole run, as the engine keeps one per document
-        adaptive = AdaptiveK(eng.cfg.draft_len, 1, eng.cfg.max_draft_len, costs[0], verify=costs[1])
+        cs = registers_costs if registers else costs
+        adaptive = AdaptiveK(eng.cfg.draft_len, 1, eng.cfg.max_draft_len, cs[0], verify=cs[1])
 
         def run(prompt):
+            if registers:
+                lib.nstep_amxh_rows(0)
+                try:
+                    return go(prompt)
+                finally:
+                    lib.nstep_amxh_rows(amxh)
+            return go(prompt)
+
+        def go(prompt):
             tr = make_runner(eng.pair.target, eng.ctx)
             dr = make_runner(eng.pair.draft, eng.ctx)
             t0 = time.perf_counter()
@@ -119,6 +139,9 @@ def main() -> int:
                     "ours: combined k=8": ours("combined", 8)})
     if fast is None:
         methods.pop("ours: fastpath")
+    if registers_costs is not None:
+        methods.update({"plain, fp16 in registers": ours("none", registers=True),
+                        "combined, fp16 in regs": ours("combined", registers=True)})
 
     for run in methods.values():  # warm up every path once (allocator, oneDNN kernels)
         run(prompts[0])
@@ -158,7 +181,11 @@ def main() -> int:
           f"(target {c['target_ms']:.2f} ms, draft {c['draft_ms']:.2f} ms; "
           f"verify of 7 tokens = {c['verify7_ratio']:.2f}x a 1-token forward)")
     print("verify cost of k drafted tokens (target steps), as the adaptive k sees it: "
-          + " ".join(f"{k}:{v:.2f}" for k, v in enumerate(costs[1])) + "\n")
+          + " ".join(f"{k}:{v:.2f}" for k, v in enumerate(costs[1])))
+    if registers_costs is not None:
+        print(f"  fp16 products of {amxh}+ rows on AMX-BF16; with them in registers instead (the 'regs' rows): "
+              + " ".join(f"{k}:{v:.2f}" for k, v in enumerate(registers_costs[1])))
+    print()
     dbase = statistics.median(res["plain (ours)"]["decode_ms_per_token"])
     dassisted = statistics.median(res["HF assisted (draft)"]["decode_ms_per_token"]) if not a.no_hf else None
     print("end to end = (prefill + all tokens) / tokens; decode = after the first token, the prompt in the "

@@ -1,7 +1,7 @@
 """The decode step on its own: the native step vs the NumPy step vs torch, in one run.
 
     python bench/steps.py [--target DIR] [--quant auto] [--reps 15]
-    python bench/steps.py --loop 2000 [--runner numpy]   # only steps, e.g. under `perf record`
+    python bench/steps.py --loop 2000 [--runner numpy] [--rows 9]   # only steps (or verifies), e.g. under `perf record`
 
 1. Median ms of one cached decode step (after a 400-token prompt) on 1 and on 2 threads (and with
    the cache in float32 on 1), first on
@@ -70,6 +70,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--loop", type=int, help="only run this many decode steps (for a profiler)")
     ap.add_argument("--runner", default="native", choices=["native", "numpy"], help="the runner --loop steps")
+    ap.add_argument("--rows", type=int, default=1, help="tokens per forward in --loop (a verify of rows-1 drafts)")
     a = ap.parse_args()
     torch.set_num_threads(2)
     from completer.engine.engine import Engine, EngineConfig
@@ -96,9 +97,10 @@ def main() -> int:
         one = native[1] if a.runner == "native" else numpy[1]
         t0 = time.perf_counter()
         for i in range(a.loop):
-            one.forward([100 + i % 50])
+            one.forward([100 + (i + j) % 50 for j in range(a.rows)])
             one.truncate(PROMPT)
-        print(f"{type(one).__name__} {a.quant}: {a.loop} steps, {(time.perf_counter() - t0) * 1e3 / a.loop:.3f} ms/step")
+        print(f"{type(one).__name__} {a.quant}: {a.loop} forwards of {a.rows} tokens, "
+              f"{(time.perf_counter() - t0) * 1e3 / a.loop:.3f} ms each")
         return 0
 
     print(f"CPU: {cpu_name()}; native step built for {isa}")

@@ -60,8 +60,8 @@ def isa_flags(flags: set[str]) -> tuple[str, list[str]] | None:
     if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
         if "avx512_vnni" in flags:
             vnni = base + ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni"]
-            if AMX <= flags:
-                return "avx512vnni+amx", vnni + ["-DNSTEP_AMX"]
+            if AMX <= flags:  # with amx_bf16 too, fp16 products of several rows on its tiles
+                return "avx512vnni+amx", vnni + ["-DNSTEP_AMX"] + ["-DNSTEP_AMX_BF16"] * ("amx_bf16" in flags)
             return "avx512vnni", vnni
         return "avx512", base + ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq"]
     return "avx2", base
@@ -71,7 +71,7 @@ class Mat(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int32), ("N", ctypes.c_int32), ("K", ctypes.c_int32), ("Kp", ctypes.c_int32),
                 ("w", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("colsum", ctypes.c_void_p),
                 ("bias", ctypes.c_void_p), ("gs", ctypes.c_void_p), ("gsz", ctypes.c_void_p),
-                ("szsum", ctypes.c_void_p), ("G", ctypes.c_int32)]
+                ("szsum", ctypes.c_void_p), ("G", ctypes.c_int32), ("wbf", ctypes.c_void_p)]
 
 
 class Layer(ctypes.Structure):
@@ -203,6 +203,25 @@ class Packed:
         self.mat = Mat(code, N, K, Kp, ptr(self.w), ptr(self.scale), ptr(self.colsum), ptr(self.bias), ptr(self.gs),
                        ptr(self.gsz), ptr(self.szsum), G)
 
+    def with_bf16_pairs(self) -> Packed | None:
+        """An f16 weight that also carries the layout AMX-BF16 products read (step.cpp's rows_h_amx:
+        per block [Kb/2][BW][2] bf16, Kb = K rounded up to 32; 2 more bytes a weight), or None when
+        some value is not exactly a bf16 (a checkpoint saved in fp16: those keep the register path).
+        An fp16 pack of a bf16 checkpoint always is: the conversion only drops bits."""
+        assert self.kind == "f16"
+        nb, K, bw = self.w.shape[0], self.mat.K, self.bw
+        kb = -(-K // 32) * 32
+        w = np.zeros((nb, kb, bw), np.float32)
+        w[:, :K] = self.w  # [block][K][col], widened exactly
+        bits = w.view(np.uint32)
+        if (bits & 0xFFFF).any():
+            return None
+        new = copy.copy(self)
+        new.wbf = np.ascontiguousarray((bits >> 16).astype(np.uint16).reshape(nb, kb // 2, 2, bw).transpose(0, 1, 3, 2))
+        new.mat = Mat.from_buffer_copy(self.mat)
+        new.mat.wbf = ptr(new.wbf)
+        return new
+
     def dense(self) -> dict:
         """The weight as `Packed` took it: {w} or {q, scale} (to repack for another block width)."""
         N, K, nb = self.mat.N, self.mat.K, self.w.shape[0]
@@ -227,4 +246,5 @@ class Packed:
         return new
 
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.w, self.scale, self.colsum) if a is not None)
+        return sum(a.nbytes for a in (self.w, self.scale, self.colsum, getattr(self, "wbf", None)) if a is not None)
+

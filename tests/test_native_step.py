@@ -354,6 +354,107 @@ def test_amx_step_equals_vnni(amx_and_vnni, case):
         assert (a == b if isinstance(a, list) else torch.equal(a, b)), case
 
 
+@pytest.fixture
+def amx_bf16(lib):
+    """(the AMX build with fp16 products on AMX-BF16 tiles from 2 rows on, the same source built
+    without AMX); skipped where the CPU reports no AMX-BF16 or the kernel refuses it."""
+    flags = native.cpu_flags()
+    if not native.AMX | {"amx_bf16"} <= flags:
+        pytest.skip("this CPU reports no AMX-BF16 (amx_tile, amx_bf16): fp16 products take the register path")
+    amx, why = native.load(cache_dir(), flags)
+    if amx is None:
+        pytest.skip(f"no AMX build here: {why}")
+    plain, why = native.load(cache_dir(), flags - native.AMX)
+    assert plain is not None, why
+    before = amx.nstep_amxh_rows(2)
+    assert before > 0 and plain.nstep_amxh_rows(2) == 0
+    yield amx, plain
+    amx.nstep_amxh_rows(before)
+
+
+def bf16_valued(n: int, k: int, g: torch.Generator) -> torch.Tensor:
+    """An fp16 weight whose values are bf16s: what packing a bf16 checkpoint in fp16 gives."""
+    return (torch.randn(n, k, generator=g) * 0.05).bfloat16().half()
+
+
+def test_amx_bf16_products(amx_bf16):
+    """fp16 weights whose values are all bf16 get a second layout (Packed.with_bf16_pairs) that
+    AMX-BF16 multiplies, the activations split in two bf16: within the split's error bound of the
+    float64 product (2^-16 relative per product, plus float32 accumulation), for K with and
+    without a tail past 32, rows 2..33 and 100 (A tiles of up to 16 rows), 1 and 2 threads (each
+    loads its own tile configuration), with a bias and without; one row keeps the register path
+    (bit-equal to the build without AMX). A weight with any value that is not a bf16 gets no such
+    layout."""
+    amx, plain = amx_bf16
+    g = torch.Generator().manual_seed(0)
+    bw = amx.nstep_block_width()
+    for N, K in ((64, 32), (100, 36), (200, 130), (33, 7), (130, 288), (64, 768)):
+        w, bias = bf16_valued(N, K, g), torch.randn(N, generator=g)
+        pk = native.Packed("f16", bw, w.numpy(), bias.numpy())
+        pb = pk.with_bf16_pairs()
+        assert pb is not None and pb.mat.wbf and pb.nbytes() == pk.nbytes() + 2 * N * K + 2 * (-N % bw) * K + 2 * (-N % bw + N) * (-K % 32)
+        for T in [*range(1, 34), 100]:
+            x = torch.randn(T, K, generator=g) * 3
+            ref = (x.double() @ w.double().T + bias.double()).numpy()
+            bound = (K * 2 ** -24) * (x.double().abs() @ w.double().abs().T).numpy() + 1e-6
+            ys = []
+            for lb, p, nt in ((plain, pk, 1), (amx, pb, 1), (amx, pb, 2)):
+                ys.append(np.empty((T, N), np.float32))
+                lb.nstep_matmul(ctypes.byref(p.mat), x.numpy().ctypes.data, T, ys[-1].ctypes.data, nt)
+            if T == 1:
+                assert np.array_equal(ys[0], ys[1]), (N, K)
+            for y in ys:
+                assert (np.abs(y - ref) <= bound).all(), (N, K, T, np.abs(y - ref).max())
+    w = torch.randn(64, 64, generator=g).half()
+    assert native.Packed("f16", bw, w.numpy()).with_bf16_pairs() is None
+
+
+def test_amx_bf16_rows_alone(amx_bf16):
+    """On AMX-BF16 from one row on (the default), a row's products are the same bits whatever rows
+    share its tiles: a verify's row equals the lone step's."""
+    amx, _ = amx_bf16
+    amx.nstep_amxh_rows(1)
+    g = torch.Generator().manual_seed(1)
+    for N, K in ((130, 288), (64, 45)):
+        pb = native.Packed("f16", amx.nstep_block_width(), bf16_valued(N, K, g).numpy()).with_bf16_pairs()
+        x = torch.randn(33, K, generator=g)
+        alone = np.empty((33, N), np.float32)
+        for i in range(33):
+            amx.nstep_matmul(ctypes.byref(pb.mat), x[i:i + 1].numpy().ctypes.data, 1, alone[i:].ctypes.data, 1)
+        for T in (2, 5, 9, 16, 17, 33):
+            y = np.empty((T, N), np.float32)
+            amx.nstep_matmul(ctypes.byref(pb.mat), x[:T].numpy().ctypes.data, T, y.ctypes.data, 1)
+            assert np.array_equal(y, alone[:T]), (N, K, T)
+
+
+@pytest.mark.parametrize("case", ["llama-linear", "mistral", "qwen2", "qwen3"])
+def test_amx_bf16_step(amx_bf16, case):
+    """A bf16 checkpoint packed in fp16 (quant auto on a CPU): forwards of 1..32 rows with fp16
+    products on AMX-BF16 agree with the build without AMX as closely as a verify's rows agree with
+    lone steps (close(), greedy ids wherever the top two are clearly apart), prefill's products
+    through the same layout; so does a draft's greedy proposal."""
+    amx, plain = amx_bf16
+    model = family_model(case, hidden=72, seed=2).to(torch.bfloat16).float()
+    outs = []
+    for lb in (amx, plain):
+        w = LlamaWeights.from_hf(model)
+        quantize_weights(w, STORAGE["fp16"])
+        r = NativeRunner(w, lb, 128)
+        assert (getattr(w.lm_head.native, "wbf", None) is not None) == (lb is amx)
+        ids = torch.randint(0, 256, (128,), generator=torch.Generator().manual_seed(4)).tolist()
+        out = [r.forward(ids[:30])]
+        for T in range(1, 33):
+            out.append(r.forward(ids[30:30 + T]))
+            r.truncate(30)
+        out.append(r.greedy(ids[30:39], 4))
+        outs.append(out)
+    for a, b in zip(*outs):
+        if isinstance(a, list):
+            assert a == b, case
+        else:
+            close(a, b, kv16=True)
+
+
 def test_amx_choice_is_said(lib, monkeypatch, caplog):
     """One line says whether int8 products run on AMX, and if not, why: COMPLETER_NATIVE_AMX=0
     (read through config.env) takes the build without AMX."""
@@ -368,7 +469,9 @@ def test_amx_choice_is_said(lib, monkeypatch, caplog):
         said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("native decode step")]
         assert got is again and len(said) == 1, said
         if amx_cpu and not off and got.nstep_amx_rows(-1) > 0:
-            assert said[0].endswith(f"int8 products of {got.nstep_amx_rows(-1)}+ rows on AMX tiles"), said
+            assert f"int8 products of {got.nstep_amx_rows(-1)}+ rows on AMX tiles" in said[0], said
+            bf16 = f"fp16 products (bf16-valued weights) of {got.nstep_amxh_rows(-1)}+ rows on AMX-BF16"
+            assert (bf16 in said[0]) == ("amx_bf16" in native.cpu_flags()) == (got.nstep_amxh_rows(-1) > 0), said
         else:
             why = "disabled by COMPLETER_NATIVE_AMX" if amx_cpu and off else "" if amx_cpu else "reports no AMX"
             assert "not AMX (" in said[0] and why in said[0] and got.nstep_amx_rows(-1) == 0, said

@@ -1,6 +1,7 @@
 """Where the native decode step's library comes from (kernels/native.py builds it per CPU
 feature set into the user's cache), the one line that says when the NumPy step serves instead,
-and the one that says whether int8 products of several rows run on AMX and, if not, why.
+and the one that says whether int8 products of several rows (and fp16 ones, where the CPU has
+AMX-BF16) run on AMX and, if not, why.
 Its own module: the weights (quant.py) and the runner (native_runner.py) both ask."""
 from __future__ import annotations
 
@@ -53,6 +54,8 @@ def native_or_none():
         line = f"native decode step unavailable ({isa}): using the NumPy step"
     elif no_amx is None:
         line = f"native decode step ({isa}): int8 products of {lib.nstep_amx_rows(-1)}+ rows on AMX tiles"
+        if lib.nstep_amxh_rows(-1) > 0:
+            line += f"; fp16 products (bf16-valued weights) of {lib.nstep_amxh_rows(-1)}+ rows on AMX-BF16"
     else:
         line = f"native decode step ({isa}): int8 products on {isa} vectors, not AMX ({no_amx})"
     if line not in _announced:

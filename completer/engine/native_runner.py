@@ -48,6 +48,26 @@ def _pack(m, bw: int, bias: torch.Tensor | None) -> native.Packed:
 
 _EMBED_KIND = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 
+# fp16 weights up to this size whose values are all bf16 (an fp16 pack of a bf16 checkpoint) also
+# get the layout AMX-BF16 products of several rows read (a verify of 2+ drafts: step.cpp's
+# rows_h_amx), as many bytes again: the embedded target's 20 MB take 20 MB more, a 0.5B model's 1 GB
+# would take 1 GB, so it keeps the register path (its users run fast-int8: AMX int8, no copy).
+BF16_PAIRS_MAX_BYTES = 256 << 20
+
+
+def _add_bf16_pairs(w: LlamaWeights, lib: ctypes.CDLL) -> None:
+    """Give `w`'s fp16 weights (quant.py's native packs, which prefill's products share) the
+    AMX-BF16 layout, where this build multiplies on AMX-BF16 and they are within
+    BF16_PAIRS_MAX_BYTES; those with a value that is not a bf16 keep the register path."""
+    if lib.nstep_amxh_rows(-1) <= 0:
+        return
+    mats = [m for layer in w.layers for m in (layer[1], layer[2], layer[4], layer[5])] + [w.lm_head]
+    packs = [(m, p) for m in mats if (p := getattr(m, "native", None)) is not None and p.kind == "f16"]
+    if 0 < sum(p.w.nbytes for _, p in packs) <= BF16_PAIRS_MAX_BYTES:
+        for m, p in packs:
+            if getattr(p, "wbf", None) is None and p.bw == lib.nstep_block_width():
+                m.native = p.with_bf16_pairs() or p
+
 
 class NativeWeights:
     """A LlamaWeights in the kernels' layout (one copy per model, shared by its runners)."""
@@ -67,6 +87,7 @@ class NativeWeights:
             self.keep.append(a)
             return a.ctypes.data if isinstance(a, np.ndarray) else a.data_ptr()
 
+        _add_bf16_pairs(w, lib)
         layers = []
         for (w_in, qkv, o, w_post, gu, down), e in zip(w.layers, w.extra):
             mats = [_pack(qkv, bw, e.qkv_b), _pack(o, bw, e.o_b), _pack(gu, bw, e.gu_b), _pack(down, bw, e.down_b)]

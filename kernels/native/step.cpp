@@ -165,6 +165,13 @@ constexpr int TRF = 2, TRI = 2, TR4 = 1;  // 16 registers
 // 2-6 rows); from 7 VNNI reads them twice and AMX, once for up to 16 rows, is 20 % cheaper at 8
 // rows, 26 % at 9, 28 % at 16.
 static int g_amx_rows = 0;
+// fp16 products of this many rows or more run on AMX-BF16 tiles, where the weight carries their
+// layout (Mat.wbf; 0: none; set by nstep_amx_init where the build has NSTEP_AMX_BF16). From 1: the
+// embedded target's step measured 10-15 % cheaper there than in registers (one thread, an Intel
+// Xeon with AMX), a verify of 8 drafts 1.3 steps instead of 1.8, and a row's products are then the
+// same bits whatever the rows beside it (a verify's logits equal lone steps' up to attention).
+static int g_amxh_rows = 0;
+constexpr int AMXH_ROWS = 1;
 static bool g_amx_granted = false;
 constexpr int AMX_ROWS = TRI + 1, AR = 16;  // AR: rows of an A / C tile at most
 
@@ -182,6 +189,7 @@ struct Mat {
   const float* gsz;       // int4: s·z per group, same layout
   const float* szsum;     // int4: Σ_g s·z per channel [Np]
   int32_t G;              // int4: group size (a multiple of 8)
+  const uint16_t* wbf;    // f16 whose values are all bf16, with AMX-BF16: the weight as rows_h_amx reads it, or null
 };
 
 struct Layer {
@@ -218,6 +226,9 @@ int nstep_amx_init() {
     return -1;
   g_amx_granted = true;
   g_amx_rows = AMX_ROWS;
+#if defined(NSTEP_AMX_BF16)
+  g_amxh_rows = AMXH_ROWS;
+#endif
   return 0;
 #else
   return -2;
@@ -229,6 +240,16 @@ int nstep_amx_init() {
 int nstep_amx_rows(int rows) {
   int before = g_amx_rows;
   if (g_amx_granted && rows >= 0) g_amx_rows = rows > 0 ? std::max(rows, 2) : 0;
+  return before;
+}
+
+// The same for fp16 products on AMX-BF16 (0: none; -1 only asks; tests set 2 to compare a lone row
+// in registers with rows on tiles); always 0 in a build without NSTEP_AMX_BF16.
+int nstep_amxh_rows(int rows) {
+  int before = g_amxh_rows;
+#if defined(NSTEP_AMX_BF16)
+  if (g_amx_granted && rows >= 0) g_amxh_rows = rows;
+#endif
   return before;
 }
 
@@ -362,6 +383,7 @@ static inline void put(float* y, int ldy, int n0, int N, const float* tile, int 
 
 struct Scratch {
   std::vector<uint8_t> xq;
+  std::vector<uint16_t> xb;   // AMX-BF16: the rows as three bf16 parts
   std::vector<int32_t> gsum;  // int4: Σ xq per row and group
 };
 
@@ -439,11 +461,11 @@ struct alignas(64) TileCfg {
   uint8_t rows[16];
 };
 
-__attribute__((target("amx-tile,amx-int8"))) static void amx_config(int R) {
+__attribute__((target("amx-tile,amx-int8"))) static void amx_config(int R, int first_b = 6) {
   TileCfg c;
   memset(&c, 0, sizeof c);
   c.palette = 1;
-  for (int i = 0; i < 8; i++) c.colsb[i] = 64, c.rows[i] = i < 6 ? (uint8_t)R : 16;
+  for (int i = 0; i < 8; i++) c.colsb[i] = 64, c.rows[i] = i < first_b ? (uint8_t)R : 16;
   // gcc's _tile_loadconfig tells the compiler it reads 8 bytes: without this barrier the stores
   // above are dead to it, and a stale or empty configuration makes the next tile op fault
   __asm__ __volatile__("" : : "r"(&c) : "memory");
@@ -514,6 +536,86 @@ __attribute__((target("amx-tile,amx-int8"))) static void rows_i8_amx(const uint8
   }
 }
 #undef NSTEP_AMX_K64
+
+#if defined(NSTEP_AMX_BF16)
+// fp16 weights on AMX-BF16 for forwards of g_amxh_rows+ rows (verifies, a few tokens of catch-up),
+// where every fp16 value is exactly a bf16 (an fp16 pack of a bf16 checkpoint, as most are: the
+// conversion only drops bits): Mat.wbf holds the weight again as TDPBF16PS's B operand, per block
+// of BW columns [Kb/2][BW][2] (Kb = K rounded up to 32, the padding zero), as many bytes as the
+// fp16 blocks. A float32 activation is exactly the sum of three bf16, x = xh + xm + xl (8 + 8 + 8
+// of its 24 significant bits), each product with a bf16 weight is exact in float32, and C += xl·w
+// + xm·w + xh·w accumulates in float32: results equal the register path's up to float32
+// summation order, as a verify's rows already do (tile config: tiles 0..3 C, 4..6 A, 7 B).
+static void bf16_split_rows(const float* x, int ldx, int T, int K, int Kb, size_t rows, uint16_t* xs) {
+  memset(xs, 0, 3 * rows * Kb * sizeof(uint16_t));
+  const __m512i half = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1);
+  auto rne = [&](__m512 v) {  // float32 → bf16 bits in the low half of each lane, nearest even
+    __m512i b = _mm512_castps_si512(v);
+    return _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(b, half), _mm512_and_si512(_mm512_srli_epi32(b, 16), one)), 16);
+  };
+  auto wide = [](__m512i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16)); };
+  for (int t = 0; t < T; t++)
+    for (int k = 0; k < K; k += 16) {
+      const int n = std::min(16, K - k);
+      const __mmask16 mk = (__mmask16)((1u << n) - 1);
+      __m512 v = _mm512_maskz_loadu_ps(mk, x + (size_t)t * ldx + k);
+      __m512i h = rne(v);
+      __m512 r1 = _mm512_sub_ps(v, wide(h));  // exact, as is r1 - m
+      __m512i m = rne(r1);
+      __m512i l = rne(_mm512_sub_ps(r1, wide(m)));
+      uint16_t* at = xs + (size_t)t * Kb + k;
+      _mm256_mask_storeu_epi16(at, mk, _mm512_cvtepi32_epi16(h));
+      _mm256_mask_storeu_epi16(at + rows * Kb, mk, _mm512_cvtepi32_epi16(m));
+      _mm256_mask_storeu_epi16(at + 2 * rows * Kb, mk, _mm512_cvtepi32_epi16(l));
+    }
+}
+
+// C_j (16 columns of the block) += A_l·B + A_m·B + A_h·B, the smallest parts first.
+#define NSTEP_AMXH_J(j)                                          \
+  do {                                                           \
+    _tile_loadd(7, (const char*)wk + (j) * 64, 256);             \
+    _tile_dpbf16ps(j, 6, 7);                                     \
+    _tile_dpbf16ps(j, 5, 7);                                     \
+    _tile_dpbf16ps(j, 4, 7);                                     \
+  } while (0)
+
+// Weight block nb against all T rows (xs: the h, m, l parts, each rows × Kb bf16, rows padded to
+// a multiple of R with zeros), R rows per A / C tile, then put's epilogue (bias, residual). Needs
+// amx_config(R, 7): 64-byte tile rows, 32 bf16 of K in A, 16 K-pairs × 16 columns in B. The
+// weights 32 of K ahead are prefetched, as the int8 kernel's are.
+__attribute__((target("amx-tile,amx-bf16"))) static void rows_h_amx(const uint16_t* xs, size_t rows, int Kb, int T,
+                                                                    int R, const Mat& m, int nb, float* y, int ldy,
+                                                                    bool add) {
+  alignas(64) float tile[AR * BW];
+  const uint16_t* base = m.wbf + (size_t)nb * Kb * BW;
+  const long lda = (long)Kb * 2;
+  const size_t part = rows * Kb;
+  for (int t = 0; t < T; t += R) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int k = 0; k < Kb; k += 32) {
+      const uint16_t* wk = base + (size_t)k * BW;  // 16 K-pairs of BW columns: 4 KB
+      for (int p_ = 0; p_ < 4096; p_ += 64) _mm_prefetch((const char*)wk + 4096 + p_, _MM_HINT_T0);
+      const uint16_t* a = xs + (size_t)t * Kb + k;
+      _tile_loadd(4, a, lda);
+      _tile_loadd(5, a + part, lda);
+      _tile_loadd(6, a + 2 * part, lda);
+      NSTEP_AMXH_J(0);
+      NSTEP_AMXH_J(1);
+      NSTEP_AMXH_J(2);
+      NSTEP_AMXH_J(3);
+    }
+    _tile_stored(0, tile, BW * 4);
+    _tile_stored(1, tile + 16, BW * 4);
+    _tile_stored(2, tile + 32, BW * 4);
+    _tile_stored(3, tile + 48, BW * 4);
+    put(y + (size_t)t * ldy, ldy, nb * BW, m.N, tile, std::min(R, T - t), m.bias, add);
+  }
+}
+#undef NSTEP_AMXH_J
+#endif  // NSTEP_AMX_BF16
 #endif
 
 // int4 weights (group G, w = (q - z)·s, q in 0..15) against the same uint8 activations: per group
@@ -688,6 +790,24 @@ static void matmul(const Mat& m, const float* x, int ldx, int T, float* y, int l
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int nb = 0; nb < nblocks; nb++) rows_i8(xq, T, m, nb, zp, xs, y, ldy, add);
   } else if (m.kind == 1) {
+#if defined(NSTEP_AMX_BF16)
+    if (m.wbf && g_amxh_rows > 0 && T >= g_amxh_rows) {
+      const int ntiles = (T + AR - 1) / AR, R = (T + ntiles - 1) / ntiles;  // as even as the int8 path's
+      const size_t rows = (size_t)(T + R - 1) / R * R;
+      const int Kb = (m.K + 31) / 32 * 32;
+      if (s.xb.size() < 3 * rows * Kb) s.xb.resize(3 * rows * Kb);
+      bf16_split_rows(x, ldx, T, m.K, Kb, rows, s.xb.data());
+      const uint16_t* xs = s.xb.data();
+#pragma omp parallel num_threads(nt) if (nt > 1)
+      {
+        amx_config(R, 7);
+#pragma omp for schedule(static)
+        for (int nb = 0; nb < nblocks; nb++) rows_h_amx(xs, rows, Kb, T, R, m, nb, y, ldy, add);
+        amx_release();
+      }
+      return;
+    }
+#endif
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int nb = 0; nb < nblocks; nb++) rows_f<true>(x, ldx, T, m, nb, y, ldy, add);
   } else {
