@@ -1,12 +1,13 @@
-"""Hole punching on held-out code: remove the rest of a line or a whole block from files the models
-never trained on (stdlib email/, json/, asyncio/), ask the same engine to fill it twice — with the
+"""Hole punching on code the models never trained on: remove the rest of a line or a whole block from
+real packages' sources (PyPI sdists unpacked at benchmark time: bench/context.py's PACKAGES; with
+`--source heldout` the stdlib packages the embedded pair held out instead), ask the same engine to fill it twice — with the
 raw prefix/suffix prompt, and through the syntax-aware pipeline — and compare what would land in
 the editor: exact match, edit similarity, insertions that add parse errors, insertions that
 duplicate the suffix, degenerate text shown, decode tokens spent on completions that show
 nothing, prompt tokens, latency. `--no-degenerate-stop` adds the pipeline without the degenerate
 stop as a before column.
 
-    python bench/holes.py --n 40 [--target DIR --draft DIR] [--max-new-tokens 48] [--no-degenerate-stop]
+    python bench/holes.py --n 40 [--sdists DIR] [--target DIR --draft DIR] [--max-new-tokens 48] [--no-degenerate-stop]
 """
 from __future__ import annotations
 
@@ -18,12 +19,14 @@ import random
 import re
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from difflib import SequenceMatcher
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from completer.config import OPTIONS
 from completer.documents import parse_snapshot
@@ -32,6 +35,7 @@ from completer.syntax import SyntaxOptions
 from completer.syntax.degenerate import find
 from completer.syntax.postprocess import error_count
 from completer.syntax.stop import SEEN_CHARS
+from context import PACKAGES, SKIP_PARTS, fetch  # bench/, the script's directory
 from draft_models.data import corpus_files, read_source
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -77,12 +81,25 @@ def block_hole(text: str, rng: random.Random):
     return len(src[: body.start_byte].decode("utf-8", "replace")), len(src[: body.end_byte].decode("utf-8", "replace"))
 
 
-def make_holes(n: int, seed: int) -> list[dict]:
+def source_files(source: str, sdists: Path | None, into: Path) -> list[tuple[str, Path]]:
+    """(name shown, path) of the Python files holes are cut from: the packages' own modules (no
+    tests, docs or examples), or the stdlib packages the embedded pair held out (`heldout`)."""
+    if source == "heldout":
+        return [(p.as_posix(), p) for p in corpus_files(split="heldout") if "/test" not in p.as_posix()]
+    out = []
+    for root in fetch(list(PACKAGES), sdists, into):
+        for p in sorted(root.rglob("*.py")):
+            rel = p.relative_to(root)
+            if not SKIP_PARTS & set(rel.parts) and p.stat().st_size >= 800:
+                out.append((f"{root.name}/{rel.as_posix()}", p))
+    return out
+
+
+def make_holes(n: int, seed: int, files: list[tuple[str, Path]]) -> list[dict]:
     rng = random.Random(seed)
-    files = [p for p in corpus_files(split="heldout") if "/test" not in p.as_posix()]
     holes = []
     while len(holes) < n:
-        p = rng.choice(files)
+        name, p = rng.choice(files)
         text = read_source(p)
         if len(text) < 200:
             continue
@@ -93,7 +110,7 @@ def make_holes(n: int, seed: int) -> list[dict]:
         s, e = span
         if not text[s:e].strip():
             continue
-        holes.append({"file": p.as_posix(), "kind": kind, "text": text[:s] + text[e:], "offset": s,
+        holes.append({"file": name, "kind": kind, "text": text[:s] + text[e:], "offset": s,
                       "middle": text[s:e]})
     return holes
 
@@ -161,7 +178,9 @@ def run(args) -> dict:
     if args.no_degenerate_stop:  # the before column, in the same run, on the same engine
         pipelines = {"no-degen": replace(budget, stop_degenerate=False), **pipelines}
     rows = []
-    for i, h in enumerate(make_holes(args.n, args.seed)):
+    with tempfile.TemporaryDirectory() as tmp:
+        holes = make_holes(args.n, args.seed, source_files(args.source, args.sdists, Path(tmp)))
+    for i, h in enumerate(holes):
         text, off = h["text"], h["offset"]
         t0 = time.perf_counter()
         raw = engine.complete(text[:off], text[off:], doc_key="raw:" + h["file"], max_new=args.max_new_tokens)
@@ -174,7 +193,7 @@ def run(args) -> dict:
         rows.append(row)
         print(f"\r{i + 1}/{args.n}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
-    return {"n": len(rows), "target": args.target or "embedded default", "draft": args.draft or "embedded default",
+    return {"n": len(rows), "source": args.source, "target": args.target or "embedded default", "draft": args.draft or "embedded default",
             "kv_cache": args.kv_cache,
             "max_new_tokens": args.max_new_tokens, "seed": args.seed, "variants": ["raw", *pipelines],
             "summary": {kind: summarize(rows, kind, ["raw", *pipelines]) for kind in ("all", "line", "block")},
@@ -206,7 +225,9 @@ def summarize(rows: list[dict], kind: str, variants: list[str]) -> dict:
 def print_table(report: dict) -> None:
     cols = ["exact_%", "similarity", "adds_parse_errors_%", "dup_suffix_%", "empty_%", "degenerate_%", "repeats_%",
             "decode_tokens", "wasted_tokens", "prompt_tokens_mean", "latency_ms_p50"]
-    print(f"holes on held-out stdlib (email/, json/, asyncio/): n={report['n']}, target={report['target']}")
+    where = ("held-out stdlib (email/, json/, asyncio/)" if report["source"] == "heldout"
+             else "PyPI sdists (" + ", ".join(PACKAGES) + ")")
+    print(f"holes on {where}: n={report['n']}, target={report['target']}")
     print("degenerate_%: shown completions the stop's detector flags; repeats_%: an independent check (a word "
           "3x or a line 2x in a row); wasted_tokens: decoded for completions that show nothing")
     print(f"{'kind':6} {'prompt':9} " + " ".join(f"{c:>13.13}" for c in cols))
@@ -248,6 +269,9 @@ def main() -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--source", default="pypi", choices=["pypi", "heldout"],
+                    help="pypi: the sdists of bench/context.py's PACKAGES; heldout: the stdlib packages the pair held out")
+    ap.add_argument("--sdists", type=Path, help="a folder holding those sdists (else pip downloads them)")
     ap.add_argument("--kv-cache", default="f16", choices=["f16", "f32"], help="EngineConfig.kv_cache")
     ap.add_argument("--no-degenerate-stop", action="store_true",
                     help="also run the pipeline without the degenerate stop (the before column)")
