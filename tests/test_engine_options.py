@@ -126,3 +126,28 @@ def test_a_bad_value_changes_nothing_and_other_scopes_are_not_the_engines(tok): 
     assert err.value.code == "bad_request" and e.stats()["config"] == before and e.sampling == Sampling()
     e.reconfigure(debounce_ms=10, engine_timeout_ms=500, max_lines=3)  # the LSP's and client's
     assert e.stats()["config"] == before
+
+
+def test_auto_stores_the_draft_in_fp16_after_restricting_its_head():
+    """--quant auto (the default) stores the embedded draft in fp16 too, once its head is restricted
+    to the frequent tokens (restrict_head needs the dense head): its step reads half the bytes and
+    its greedy proposals are the float32 draft's (its bf16 values survive fp16 exactly). Other
+    modes leave the draft in float32."""
+    import torch
+
+    from completer.engine.engine import Engine
+    from completer.engine.quant import Fp16Weight
+    from completer.engine.runner_factory import make_runner
+
+    auto, plain = (Engine(EngineConfig(quant=q, device="cpu")) for q in ("auto", "none"))
+    da, dn = auto.pair.draft, plain.pair.draft
+    assert isinstance(da.lm_head, Fp16Weight) and isinstance(da.layers[0][4], Fp16Weight)
+    assert isinstance(dn.lm_head, torch.Tensor) and da.head_rows == dn.head_rows
+    assert len(da.head_rows) == auto.cfg.draft_vocab
+    ids = auto.tok.encode(PREFIX).ids
+    ra, rn = make_runner(da, 256), make_runner(dn, 256)
+    if hasattr(ra, "greedy"):  # the native step: a proposal is one call
+        assert ra.greedy(ids, 8) == rn.greedy(ids, 8)
+    else:
+        la, ln = ra.forward(ids), rn.forward(ids)
+        assert torch.equal(la.argmax(-1), ln.argmax(-1))

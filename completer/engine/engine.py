@@ -32,7 +32,7 @@ from .batch import Via
 from .caches import DocCache, kv_reserve_bytes
 from .calibrate import measure_step_costs
 from .drafters import AdaptiveK, CombinedDrafter, Drafter, EditDrafter, FastPathDrafter, ModelDrafter
-from .models import ModelError, Pair, load_pair
+from .models import ModelError, Pair, fp16_if_pays, load_pair
 from .prompt import build_prompt, encode_text
 from .quant import model_bytes
 from .records import Record, Records, StopFlag
@@ -82,6 +82,8 @@ class Engine:
         if frequent and 0 < cfg.draft_vocab < len(frequent) and isinstance(self.pair.draft, LlamaWeights) \
                 and self.pair.draft.head_rows is None and isinstance(self.pair.draft.lm_head, torch.Tensor):
             self.pair.draft.restrict_head(frequent[:cfg.draft_vocab])
+        if cfg.quant == "auto" and self.pair.draft is not None:
+            fp16_if_pays(self.pair.draft)  # after restrict_head, which needs the dense head
         self.sampling = Sampling(cfg.temperature, cfg.top_p)
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.budget = int(cfg.kv_budget_mb * 2**20)
