@@ -85,7 +85,7 @@ class StepBatcher:
         return max(self.step_tokens // n - 1, 1)
 
     def forward(self, runner, ids: list[int]) -> torch.Tensor:
-        if type(runner) is NativeRunner and len(ids) <= NativeRunner.SHORT:
+        if type(runner) is NativeRunner:
             # no barrier: the native step holds no GIL and no shared state (its scratch is per
             # thread), so generations step side by side, one core each, rather than taking turns
             # in one batched call (bench/concurrency.py: batching lost 3-12 % of requests/s)
