@@ -9,7 +9,8 @@ the AVX-512 VNNI build gets -DNSTEP_AMX ("avx512vnni+amx"): int8 products of 7+ 
 of 6+ drafts, prefill) on AMX tiles, once `load` has asked the kernel for the tile state
 (nstep_amx_init: without that permission the first tile instruction faults, as it did for a
 llama.cpp built -march=native here); refused, `load` says why and the caller takes the build
-without AMX. One translation unit, no torch or Python headers: ~1.5 s of g++ once per machine and
+without AMX. With amx_bf16 too it gets -DNSTEP_AMX_BF16: fp16 weights whose values are bf16
+(Packed.with_bf16_pairs) are multiplied on AMX-BF16 tiles. One translation unit, no torch or Python headers: ~1.5 s of g++ once per machine and
 feature set. Without a compiler or AVX2 `load()` returns None and the reason, and callers keep
 the NumPy step.
 

@@ -297,6 +297,10 @@ def test_flags_come_from_the_cpu():
     assert name == "avx512vnni" and "-mavx512vnni" in flags and not any("AMX" in f or "amx" in f for f in flags)
     name, flags = native.isa_flags(base512 | {"avx512_vnni"} | native.AMX)
     assert name == "avx512vnni+amx" and "-DNSTEP_AMX" in flags and not any("-mamx" in f or "march" in f for f in flags)
+    assert "-DNSTEP_AMX_BF16" not in flags  # fp16 products on tiles need amx_bf16 as well
+    name, flags = native.isa_flags(base512 | {"avx512_vnni", "amx_bf16"} | native.AMX)
+    assert name == "avx512vnni+amx" and {"-DNSTEP_AMX", "-DNSTEP_AMX_BF16"} <= set(flags)
+    assert "-DNSTEP_AMX_BF16" not in native.isa_flags(base512 | {"avx512_vnni", "amx_bf16", "amx_tile"})[1]
 
 
 @pytest.fixture

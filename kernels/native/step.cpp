@@ -1,5 +1,5 @@
-// The native decode step (completer_kernels.native): one call per forward of T = 1..32 new
-// tokens of a Llama-layout model (Llama, Mistral's window, Qwen2's biases, Qwen3's q/k norm):
+// The native decode step (completer_kernels.native): one call per forward of T new tokens (a
+// step, a verify, a draft's proposal, a chunk of prefill) of a Llama-layout model (Llama, Mistral's window, Qwen2's biases, Qwen3's q/k norm):
 // embedding, RMSNorm, the products, q/k norm, RoPE, the K/V write into the runner's cache,
 // attention over the cached positions, the gated SiLU MLP, residuals and the LM head, with no
 // Python in between. Built on the user's machine with the vector extensions its CPU reports
@@ -13,7 +13,10 @@
 //   per-tensor asymmetric uint8 activations in [0, 127] (reduce_range), per-channel symmetric
 //   int8 weights blocked [N/BW][K/4][BW][4] for vpdpbusd (AVX512-VNNI) or vpmaddubsw. With AMX
 //   (NSTEP_AMX, forwards of 7+ rows) the same layout is TDPBUSD's B operand as it is: 16 columns
-//   × 4 bytes of one K/4 row are 64 contiguous bytes, a row of a B tile at a stride of BW·4.
+//   × 4 bytes of one K/4 row are 64 contiguous bytes, a row of a B tile at a stride of BW·4;
+// - f16 weights whose values are all bf16 (an fp16 pack of a bf16 checkpoint), where the CPU has
+//   AMX-BF16 (NSTEP_AMX_BF16): a second layout, [N/BW][Kb/2][BW][2] bf16 pairs, multiplied on
+//   tiles from one row on, the activations split exactly into three bf16 (rows_h_amx).
 #include <immintrin.h>
 
 #include <algorithm>
