@@ -173,8 +173,10 @@ static int g_amx_rows = 0;
 // embedded target's step measured 10-15 % cheaper there than in registers (one thread, an Intel
 // Xeon with AMX), a verify of 8 drafts 1.3 steps instead of 1.8, and a row's products are then the
 // same bits whatever the rows beside it (a verify's logits equal lone steps' up to attention).
+// On more than one thread the register path scales and the tiles did not (the embedded target's step
+// on 2 threads: 0.86 ms in registers, 1.38 on tiles; crossing at ~8 rows), so there from AMXH_ROWS_MT.
 static int g_amxh_rows = 0;
-constexpr int AMXH_ROWS = 1;
+constexpr int AMXH_ROWS = 1, AMXH_ROWS_MT = 8;
 static bool g_amx_granted = false;
 constexpr int AMX_ROWS = TRI + 1, AR = 16;  // AR: rows of an A / C tile at most
 
@@ -794,7 +796,7 @@ static void matmul(const Mat& m, const float* x, int ldx, int T, float* y, int l
     for (int nb = 0; nb < nblocks; nb++) rows_i8(xq, T, m, nb, zp, xs, y, ldy, add);
   } else if (m.kind == 1) {
 #if defined(NSTEP_AMX_BF16)
-    if (m.wbf && g_amxh_rows > 0 && T >= g_amxh_rows) {
+    if (m.wbf && g_amxh_rows > 0 && T >= (nt > 1 ? std::max(g_amxh_rows, AMXH_ROWS_MT) : g_amxh_rows)) {
       const int ntiles = (T + AR - 1) / AR, R = (T + ntiles - 1) / ntiles;  // as even as the int8 path's
       const size_t rows = (size_t)(T + R - 1) / R * R;
       const int Kb = (m.K + 31) / 32 * 32;
