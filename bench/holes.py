@@ -28,6 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from context import PACKAGES, SKIP_PARTS, fetch  # bench/, the script's directory
+
 from completer.config import OPTIONS
 from completer.documents import parse_snapshot
 from completer.pipeline import CompletionOptions, complete_at, make_engine
@@ -35,7 +37,6 @@ from completer.syntax import SyntaxOptions
 from completer.syntax.degenerate import find
 from completer.syntax.postprocess import error_count
 from completer.syntax.stop import SEEN_CHARS
-from context import PACKAGES, SKIP_PARTS, fetch  # bench/, the script's directory
 from draft_models.data import corpus_files, read_source
 
 OUT = Path(__file__).resolve().parent / "out"

@@ -51,6 +51,24 @@ def _spin(stop) -> None:
         sum(i * i for i in range(10_000))
 
 
+class _Registers:
+    """A native runner whose fp16 products run in registers, not on AMX-BF16 tiles (the library's
+    switch around each call), for side-by-side rows."""
+
+    def __init__(self, runner, lib):
+        self.runner, self.lib = runner, lib
+
+    def forward(self, ids):
+        before = self.lib.nstep_amxh_rows(0)
+        try:
+            return self.runner.forward(ids)
+        finally:
+            self.lib.nstep_amxh_rows(before)
+
+    def truncate(self, n: int) -> None:
+        self.runner.truncate(n)
+
+
 def _step_ms(runners: dict, reps: int, steps: int = 20) -> dict:
     out: dict = {k: [] for k in runners}
     for _ in range(reps):
@@ -109,6 +127,10 @@ def main() -> int:
     runners = {f"{kind} {t} thread{'s' * (t > 1)}": d[t] for kind, d in (("native", native), ("numpy", numpy))
                for t in (1, 2)}
     runners["native f32 K/V 1 thread"] = kv32
+    amxh = lib.nstep_amxh_rows(-1)
+    if amxh > 0:  # fp16 products on AMX-BF16 tiles here: the same runners with them in registers
+        for t in (1, 2):
+            runners[f"native {t} thread{'s' * (t > 1)}, fp16 in registers"] = _Registers(native[t], lib)
     idle = _step_ms(runners, a.reps)
     stop = mp.Event()
     spinner = mp.Process(target=_spin, args=(stop,), daemon=True)
@@ -119,11 +141,12 @@ def main() -> int:
         stop.set()
         spinner.join(timeout=10)
     for name in idle:
-        print(f"  {name:17s}: idle {idle[name]:8.3f}   one core busy {busy[name]:8.3f}")
+        print(f"  {name:36s}: idle {idle[name]:8.3f}   one core busy {busy[name]:8.3f}")
 
-    sizes = [1, 2, 3, 5, 9, 17, 33]
-    print(f"forward of T new tokens (a verify of T-1 drafts), 1 thread (torch: {torch.get_num_threads()}), median ms; "
-          "v = forward(T) / forward(1)")
+    sizes = [1, 2, 3, 5, 9, 17, 33, 64]
+    print(f"forward of T new tokens (a verify of T-1 drafts; past 32, prefill's), 1 thread (torch: "
+          f"{torch.get_num_threads()}), median ms; v = forward(T) / forward(1)"
+          + ("; 'registers' = the native step with fp16 products in registers instead of AMX-BF16 tiles" if amxh > 0 else ""))
     nat, nump = native[1], numpy[1]
     # torch: the prefill path (torch glue around the same native products)
     fwd = {"native": nat.forward, "f32 K/V": kv32.forward, "numpy": nump.forward,
@@ -138,6 +161,8 @@ def main() -> int:
         run_of["no-AMX"] = NativeRunner(pair.target, vnni, n, 1)
         run_of["no-AMX"].forward(list(range(10, 10 + PROMPT)))
         fwd["no-AMX"] = run_of["no-AMX"].forward
+    if amxh > 0:
+        fwd["registers"], run_of["registers"] = _Registers(nat, lib).forward, nat
     times: dict = {}
     for _ in range(a.reps):
         for T in sizes:
@@ -154,10 +179,19 @@ def main() -> int:
 
     if pair.draft is not None:
         d_nat, d_np = NativeRunner(pair.draft, lib, n, 1), NumpyRunner(np_pair.draft, n, 1)
-        for r in (d_nat, d_np):
+        drafts, targets = {"native": d_nat, "numpy": d_np}, {"native": nat, "numpy": nump}
+        if a.target is None and a.quant == "auto":  # the engine stores the draft in fp16: against float32
+            from completer.engine.models import load_model
+            from draft_models import DEFAULT_DRAFT
+
+            d32 = load_model(str(DEFAULT_DRAFT), torch.device("cpu"), torch.float32, "none")
+            if pair.draft.head_rows:
+                d32.restrict_head(pair.draft.head_rows)
+            drafts["native, float32 weights"], targets["native, float32 weights"] = NativeRunner(d32, lib, n, 1), nat
+        for r in drafts.values():
             r.forward(list(range(10, 10 + PROMPT)))
-        d = _step_ms({"native": d_nat, "numpy": d_np}, a.reps)
-        t = _step_ms({"native": nat, "numpy": nump}, a.reps)
+        d = _step_ms(drafts, a.reps)
+        t = _step_ms(targets, a.reps)
         head = f"head over {len(pair.draft.head_rows)} rows" if pair.draft.head_rows else "full head"
         print(f"draft step ({head}), 1 thread: " + ", ".join(
             f"{k} {d[k]:.3f} ms (c = {d[k] / t[k]:.3f} of its target step {t[k]:.3f})" for k in d))

@@ -21,8 +21,8 @@ from test_np_runner import STORAGE
 
 from completer.engine import native_lib
 from completer.engine.drafters import AdaptiveK, ModelDrafter
-from completer.engine.native_lib import cache_dir, library
 from completer.engine.models import Pair
+from completer.engine.native_lib import cache_dir, library
 from completer.engine.native_runner import NativeRunner
 from completer.engine.np_runner import NumpyRunner
 from completer.engine.quant import Fp16Weight, Int8Weight, quantize_weights

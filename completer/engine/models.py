@@ -172,8 +172,8 @@ def _check_nf4_cpu(model, name: str) -> None:
 def fp16_if_pays(model) -> bool:
     """--quant auto's rule applied to a loaded model: its matrices stored in fp16 where _fp16_pays.
     The engine applies it to the draft too, after restricting its head (a dense one): its step then
-    reads half the bytes (the embedded draft's proposal 0.15 ms a token instead of 0.26, one thread,
-    an Intel Xeon; the same proposals, since its bf16 values survive fp16)."""
+    reads half the bytes (`bench/steps.py` prints the embedded draft's step both ways) and it
+    proposes the same tokens, since its bf16 values survive fp16."""
     from .runner import LlamaWeights
 
     if not isinstance(model, LlamaWeights) or not _fp16_pays(model, model.device, model.dtype):

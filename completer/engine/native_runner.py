@@ -11,8 +11,8 @@ float32 summation order; int8 follows fbgemm's dynamic quantization step by step
 uint8 activations, reduce_range), its products bit-equal to fbgemm's.
 
 Long forwards (prompt prefill) run natively too, in chunks of CHUNK rows on torch's threads (as
-prefill did on torch's forward, which the native step beat at every length measured: 1.2-2.2x at
-33-400 rows for the embedded target, 1.1-1.6x at the 0.5B shape). Concurrent generations step
+prefill did on torch's forward, which the native step beat at every length tried, 33 to 400 rows,
+on the embedded target and the 0.5B shape; `bench/steps.py` prints 33 and 64). Concurrent generations step
 side by side on their own threads (batch.py): the call holds no GIL.
 
 The library is compiled on first use for this CPU's vector extensions (kernels/native.py, ~1.5 s

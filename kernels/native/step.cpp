@@ -170,9 +170,10 @@ constexpr int TRF = 2, TRI = 2, TR4 = 1;  // 16 registers
 static int g_amx_rows = 0;
 // fp16 products of this many rows or more run on AMX-BF16 tiles, where the weight carries their
 // layout (Mat.wbf; 0: none; set by nstep_amx_init where the build has NSTEP_AMX_BF16). From 1: the
-// embedded target's step measured 10-15 % cheaper there than in registers (one thread, an Intel
-// Xeon with AMX), a verify of 8 drafts 1.3 steps instead of 1.8, and a row's products are then the
-// same bits whatever the rows beside it (a verify's logits equal lone steps' up to attention).
+// embedded target's step measured cheaper there than in registers in most runs on an Intel Xeon
+// with AMX (bench/steps.py's "registers" rows; one run in a slow phase of the VM went the other
+// way), a verify of 8 drafts ~1.3-1.5 steps instead of ~1.7-2.0, and a row's products are then
+// the same bits whatever the rows beside it (a verify's logits equal lone steps' up to attention).
 // On more than one thread the register path scales and the tiles did not (the embedded target's step
 // on 2 threads: 0.86 ms in registers, 1.38 on tiles; crossing at ~8 rows), so there from AMXH_ROWS_MT.
 static int g_amxh_rows = 0;
