@@ -50,8 +50,8 @@ def _pack(m, bw: int, bias: torch.Tensor | None) -> native.Packed:
 _EMBED_KIND = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 
 # fp16 weights up to this size whose values are all bf16 (an fp16 pack of a bf16 checkpoint) also
-# get the layout AMX-BF16 products of several rows read (a verify of 2+ drafts: step.cpp's
-# rows_h_amx), as many bytes again: the embedded target's 20 MB take 20 MB more, a 0.5B model's 1 GB
+# get the layout AMX-BF16 products read (step.cpp's rows_h_amx: from one row on one thread, from 8
+# on more), as many bytes again: the embedded target's 20 MB take 20 MB more, a 0.5B model's 1 GB
 # would take 1 GB, so it keeps the register path (its users run fast-int8: AMX int8, no copy).
 BF16_PAIRS_MAX_BYTES = 256 << 20
 
