@@ -155,7 +155,7 @@ def ours(model_dir: Path | None, spec: str, speculative: bool, device: str):
     """A method: our engine's runner (and, for the default, its drafters) on one prompt →
     (decode ms/token, prefill tokens/s, end-to-end ms). `spec`: [DTYPE:]QUANT[@DECODE_THREADS]."""
     from completer.engine.caches import DocCache
-    from completer.engine.calibrate import measure_step_costs
+    from completer.engine.calibrate import choose_amx_rows, measure_step_costs
     from completer.engine.drafters import CombinedDrafter, ModelDrafter
     from completer.engine.engine import Engine, EngineConfig
     from completer.engine.speculative import generate
@@ -165,7 +165,8 @@ def ours(model_dir: Path | None, spec: str, speculative: bool, device: str):
     eng = Engine(EngineConfig(target=None if model_dir is None else str(model_dir), quant=quant,
                               dtype=dtype or "auto", device=device, decode_threads=int(threads or 1),
                               drafter="combined" if speculative else "none", max_draft_len=8))
-    eng.step_costs = measure_step_costs(eng.pair, eng.ctx, eng.cfg)  # what warm_start does: the adaptive k plans with it
+    choose_amx_rows(eng.pair, eng.ctx, eng.cfg)  # what warm_start does (process-wide: the last engine's choice)
+    eng.step_costs = measure_step_costs(eng.pair, eng.ctx, eng.cfg)  # and the costs the adaptive k plans with
 
     k = DocCache(eng.pair, eng.ctx, eng.cfg, eng.step_costs).k  # one adaptive draft length across prompts, as the engine keeps one per document
 
@@ -175,8 +176,9 @@ def ours(model_dir: Path | None, spec: str, speculative: bool, device: str):
         slot.target.forward(prompt[:-1])  # prefill, as the engine's warmup does while the user types
         prefill_ms = (time.perf_counter() - t0) * 1e3
         d = None
-        if speculative:  # the draft's cache too (warmup fills both)
-            slot.draft.forward(prompt[:-1])
+        if speculative:  # the draft's cache too while the schedule drafts (as the engine's warmup)
+            if k.drafting:
+                slot.draft.forward(prompt[:-1])
             d = CombinedDrafter(ModelDrafter(slot.draft, eng.sampling), slot.ngram, eng.fastpath,
                                 slot.target.vocab_size)
         warm_ms = (time.perf_counter() - t0) * 1e3

@@ -45,7 +45,7 @@ def main() -> int:
         torch.set_num_threads(a.threads)
     from transformers import AutoModelForCausalLM
 
-    from completer.engine.calibrate import measure_step_costs
+    from completer.engine.calibrate import choose_amx_rows, measure_step_costs
     from completer.engine.drafters import (
         AdaptiveK,
         CombinedDrafter,
@@ -71,6 +71,7 @@ def main() -> int:
     greedy = Sampling()
     V = eng.pair.target.embed.shape[0] if hasattr(eng.pair.target, "embed") else hf_t.config.vocab_size
 
+    amx_rows = choose_amx_rows(eng.pair, eng.ctx, eng.cfg)  # as warm_start chooses it
     c = _step_ratio(eng, make_runner, prompts[0])
     eng.step_costs = costs = measure_step_costs(eng.pair, eng.ctx, eng.cfg, reps=5)  # what the adaptive k plans with
     # where fp16 products run on AMX-BF16 tiles, the same methods with them in registers too (the
@@ -83,9 +84,24 @@ def main() -> int:
         registers_costs = measure_step_costs(eng.pair, eng.ctx, eng.cfg, reps=5)
         lib.nstep_amxh_rows(amxh)
 
-    def ours(drafter_kind: str, fixed_k: int | None = None, registers: bool = False):
+    # the draft as the engine stores it (draft_quant auto: int8 where the native step runs) and,
+    # for the embedded pair, the same draft in fp16 (the default before), with its own costs
+    fp16_draft = fp16_costs = None
+    if a.target is None and eng.draft_quant != "fp16":
+        import dataclasses
+
+        from completer.engine.models import load_model, quantize_draft
+
+        fp16_draft = load_model(ddir, torch.device("cpu"), torch.float32, "none")
+        if eng.pair.draft.head_rows:
+            fp16_draft.restrict_head(eng.pair.draft.head_rows)
+        quantize_draft(fp16_draft, "fp16")
+        fp16_costs = measure_step_costs(dataclasses.replace(eng.pair, draft=fp16_draft), eng.ctx, eng.cfg, reps=5)
+
+    def ours(drafter_kind: str, fixed_k: int | None = None, registers: bool = False, fp16: bool = False):
         # adaptive: one schedule for the whole run, as the engine keeps one per document
-        cs = registers_costs if registers else costs
+        cs = registers_costs if registers else fp16_costs if fp16 else costs
+        draft = fp16_draft if fp16 else eng.pair.draft
         adaptive = AdaptiveK(eng.cfg.draft_len, 1, eng.cfg.max_draft_len, cs[0], verify=cs[1])
 
         def run(prompt):
@@ -99,7 +115,7 @@ def main() -> int:
 
         def go(prompt):
             tr = make_runner(eng.pair.target, eng.ctx)
-            dr = make_runner(eng.pair.draft, eng.ctx)
+            dr = make_runner(draft, eng.ctx)
             t0 = time.perf_counter()
             if drafter_kind in ("model", "combined"):  # the draft's prefill: in an editor the warmup's
                 dr.forward(prompt[:-1])                # (off the decode path), counted end to end here
@@ -139,6 +155,8 @@ def main() -> int:
                     "ours: combined k=8": ours("combined", 8)})
     if fast is None:
         methods.pop("ours: fastpath")
+    if fp16_draft is not None:
+        methods["combined, fp16 draft"] = ours("combined", fp16=True)
     if registers_costs is not None:
         methods.update({"plain, fp16 in registers": ours("none", registers=True),
                         "combined, fp16 in regs": ours("combined", registers=True)})
@@ -175,13 +193,18 @@ def main() -> int:
     base = statistics.median(res["plain (ours)"]["ms_per_token"])
     assisted = statistics.median(res["HF assisted (draft)"]["ms_per_token"]) if not a.no_hf else None
     print(f"\n{len(prompts)} held-out FIM prompts, {a.new} new tokens each, greedy; target {tdir} "
-          f"(--quant {a.quant}), draft {ddir} ({type(make_runner(eng.pair.draft, eng.ctx)).__name__}, "
+          f"(--quant {a.quant}), draft {ddir} (stored {eng.draft_quant}, {type(make_runner(eng.pair.draft, eng.ctx)).__name__}, "
           f"head over {len(eng.pair.draft.head_rows or []) or 'all'} tokens); {torch.get_num_threads()} threads")
     print(f"step-time ratio c = draft/target (1-token cached forward): {c['c']:.3f} "
           f"(target {c['target_ms']:.2f} ms, draft {c['draft_ms']:.2f} ms; "
           f"verify of 7 tokens = {c['verify7_ratio']:.2f}x a 1-token forward)")
     print("verify cost of k drafted tokens (target steps), as the adaptive k sees it: "
           + " ".join(f"{k}:{v:.2f}" for k, v in enumerate(costs[1])))
+    if fp16_costs is not None:
+        print(f"  the draft in fp16 (the 'fp16 draft' row): c {fp16_costs[0]:.3f} (stored {eng.draft_quant}: "
+              f"{costs[0]:.3f})")
+    if amx_rows is not None:
+        print(f"  warm start's calibration: fp16 products of {amx_rows}+ rows on AMX-BF16 tiles")
     if registers_costs is not None:
         print(f"  fp16 products of {amxh}+ rows on AMX-BF16; with them in registers instead (the 'regs' rows): "
               + " ".join(f"{k}:{v:.2f}" for k, v in enumerate(registers_costs[1])))

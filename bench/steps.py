@@ -101,7 +101,8 @@ def main() -> int:
     if lib is None:
         raise SystemExit(f"the native step is unavailable here: {isa}")
     # the engine's pair: no target = the embedded one, whose draft's head the engine restricts
-    pair = Engine(EngineConfig(target=a.target, quant=a.quant, device="cpu")).pair
+    eng = Engine(EngineConfig(target=a.target, quant=a.quant, device="cpu"))
+    pair = eng.pair
     os.environ["COMPLETER_NATIVE"] = "0"  # the same model packed for the NumPy step (fbgemm)
     np_pair = Engine(EngineConfig(target=a.target, quant=a.quant, device="cpu")).pair
     del os.environ["COMPLETER_NATIVE"]
@@ -180,20 +181,23 @@ def main() -> int:
     if pair.draft is not None:
         d_nat, d_np = NativeRunner(pair.draft, lib, n, 1), NumpyRunner(np_pair.draft, n, 1)
         drafts, targets = {"native": d_nat, "numpy": d_np}, {"native": nat, "numpy": nump}
-        if a.target is None and a.quant == "auto":  # the engine stores the draft in fp16: against float32
-            from completer.engine.models import load_model
+        if a.target is None:  # the engine stores the draft per draft_quant (int8 here): against the others
+            from completer.engine.models import load_model, quantize_draft
             from draft_models import DEFAULT_DRAFT
 
-            d32 = load_model(str(DEFAULT_DRAFT), torch.device("cpu"), torch.float32, "none")
-            if pair.draft.head_rows:
-                d32.restrict_head(pair.draft.head_rows)
-            drafts["native, float32 weights"], targets["native, float32 weights"] = NativeRunner(d32, lib, n, 1), nat
+            for q in ("fp16", "none"):
+                dq = load_model(str(DEFAULT_DRAFT), torch.device("cpu"), torch.float32, "none")
+                if pair.draft.head_rows:
+                    dq.restrict_head(pair.draft.head_rows)
+                quantize_draft(dq, q)
+                name = f"native, {q if q != 'none' else 'float32'} weights"
+                drafts[name], targets[name] = NativeRunner(dq, lib, n, 1), nat
         for r in drafts.values():
             r.forward(list(range(10, 10 + PROMPT)))
         d = _step_ms(drafts, a.reps)
         t = _step_ms(targets, a.reps)
         head = f"head over {len(pair.draft.head_rows)} rows" if pair.draft.head_rows else "full head"
-        print(f"draft step ({head}), 1 thread: " + ", ".join(
+        print(f"draft step ({head}; 'native': stored {eng.draft_quant}), 1 thread: " + ", ".join(
             f"{k} {d[k]:.3f} ms (c = {d[k] / t[k]:.3f} of its target step {t[k]:.3f})" for k in d))
     return 0
 

@@ -62,6 +62,9 @@ class EngineConfig:
     quant: str = opt("auto", "target weights: auto (fp16 storage for a 16-bit checkpoint on CPU, else none) | "
                      "none | fp16 | fast-int8 | int4 | mixed (ours) | int8 | nf4 (bitsandbytes)", reload=True,
                      choices=("auto", "none", "fp16", "int8", "nf4", "fast-int8", "int4", "mixed"))
+    draft_quant: str = opt("auto", "draft weights: auto (int8 where the native CPU step runs, else fp16 "
+                           "where the target's auto would) | none | fp16 | int8 | int4; moves acceptance, "
+                           "never the output", reload=True, choices=("auto", "none", "fp16", "int8", "int4"))
     quant_groups: str = opt("embed=fp16,attn=int8,mlp=int4,head=int8",
                             "per-module-group precision for quant=mixed (embed, attn, mlp, head)", reload=True)
     drafter: str = opt("combined", "combined (n-gram, fast path, then the draft model) | model | ngram | "

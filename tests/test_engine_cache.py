@@ -162,6 +162,25 @@ def test_warmup_with_chunks_leaves_the_prompt_complete_reads(tok):
     assert c.token_ids == fresh.complete(prefix, suffix, doc_key="x", extra=extra).token_ids
 
 
+def test_warmup_leaves_the_draft_while_the_document_decodes_plain(tok):
+    """Where drafting measured slower than plain (the schedule chose plain decoding), warmup fills
+    the target's cache only; the draft catches up when drafting is tried, and the ids are the
+    same either way."""
+    pair = random_pair(tok, seed=9)
+    e, fresh = engine(pair), engine(pair)
+    prefix, suffix = "def area(r):\n    return 3.14 * r * r\n\n\ndef vol", "\n"
+    e.warmup("x = 1\n", "", doc_key="w")
+    cache = e.caches["w"]
+    cache.k.drafting = False
+    assert not cache.drafting()
+    prompt = e.fim_prompt(prefix, suffix)
+    assert e.warmup(prefix, suffix, doc_key="w") == len(prompt) - common_prefix_len(prompt, e.fim_prompt("x = 1\n", ""))
+    assert cache.target.ids == prompt and cache.draft.ids != prompt
+    cache.k.drafting = True
+    assert e.warmup(prefix, suffix, doc_key="w") == 0 and cache.draft.ids == prompt  # the draft caught up
+    assert e.complete(prefix, suffix, doc_key="w").token_ids == fresh.complete(prefix, suffix, doc_key="x").token_ids
+
+
 def test_draft_length_adapts_per_syntax_node_kind(tok):
     """Each kind of node the caller names keeps its own acceptance history; output is unchanged."""
     e = engine(random_pair(tok, seed=9), max_new_tokens=12)

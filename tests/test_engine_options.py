@@ -128,26 +128,38 @@ def test_a_bad_value_changes_nothing_and_other_scopes_are_not_the_engines(tok): 
     assert e.stats()["config"] == before
 
 
-def test_auto_stores_the_draft_in_fp16_after_restricting_its_head():
-    """--quant auto (the default) stores the embedded draft in fp16 too, once its head is restricted
-    to the frequent tokens (restrict_head needs the dense head): its step reads half the bytes and
-    its greedy proposals are the float32 draft's (its bf16 values survive fp16 exactly). Other
-    modes leave the draft in float32."""
+def test_draft_quant_stores_the_draft_after_restricting_its_head():
+    """draft_quant (after the head is restricted to the frequent tokens, which needs the dense
+    head): fp16 proposes exactly the float32 draft's tokens (its bf16 values survive fp16); auto
+    is int8 where the native step runs (a step inside a core's L2), else fp16; int8 and int4
+    store the products quantized and still propose valid tokens (a draft's precision moves
+    acceptance, never the output: test_speculative's exactness holds for any draft)."""
     import torch
 
     from completer.engine.engine import Engine
+    from completer.engine.native_lib import library
     from completer.engine.quant import Fp16Weight
     from completer.engine.runner_factory import make_runner
 
-    auto, plain = (Engine(EngineConfig(quant=q, device="cpu")) for q in ("auto", "none"))
-    da, dn = auto.pair.draft, plain.pair.draft
-    assert isinstance(da.lm_head, Fp16Weight) and isinstance(da.layers[0][4], Fp16Weight)
-    assert isinstance(dn.lm_head, torch.Tensor) and da.head_rows == dn.head_rows
-    assert len(da.head_rows) == auto.cfg.draft_vocab
-    ids = auto.tok.encode(PREFIX).ids
-    ra, rn = make_runner(da, 256), make_runner(dn, 256)
-    if hasattr(ra, "greedy"):  # the native step: a proposal is one call
-        assert ra.greedy(ids, 8) == rn.greedy(ids, 8)
+    e = {q: Engine(EngineConfig(draft_quant=q, device="cpu")) for q in ("auto", "none", "fp16", "int8", "int4")}
+    native = library()[0] is not None
+    assert {q: x.stats()["draft_stored"] for q, x in e.items()} == {
+        "auto": "int8" if native else "fp16", "none": "none", "fp16": "fp16", "int8": "int8", "int4": "int4"}
+    df, dn = e["fp16"].pair.draft, e["none"].pair.draft
+    assert isinstance(df.lm_head, Fp16Weight) and isinstance(df.layers[0][4], Fp16Weight)
+    assert isinstance(dn.lm_head, torch.Tensor) and df.head_rows == dn.head_rows
+    assert len(df.head_rows) == e["fp16"].cfg.draft_vocab
+    ids = e["fp16"].tok.encode(PREFIX).ids
+    rf, rn = make_runner(df, 256), make_runner(dn, 256)
+    if hasattr(rf, "greedy"):  # the native step: a proposal is one call
+        assert rf.greedy(ids, 8) == rn.greedy(ids, 8)
     else:
-        la, ln = ra.forward(ids), rn.forward(ids)
-        assert torch.equal(la.argmax(-1), ln.argmax(-1))
+        assert torch.equal(rf.forward(ids).argmax(-1), rn.forward(ids).argmax(-1))
+    for q in ("int8", "int4"):
+        d = e[q].pair.draft
+        assert not isinstance(d.lm_head, (torch.Tensor, Fp16Weight)) and d.head_rows == dn.head_rows
+        r = make_runner(d, 256)
+        got = r.greedy(ids, 8) if hasattr(r, "greedy") else r.forward(ids).argmax(-1).tolist()
+        assert all(t in set(d.head_rows) for t in got)  # the restricted head's tokens only
+        c = e[q].complete(PREFIX, SUFFIX, doc_key="q")
+        assert c.text == e["none"].complete(PREFIX, SUFFIX, doc_key="q").text  # the target decides

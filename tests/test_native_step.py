@@ -580,3 +580,37 @@ def test_kv_cache_option_reaches_the_runners(lib, tok):  # noqa: F811
         assert e.cache_bytes == cache.target.reserved_bytes() + cache.draft.reserved_bytes()  # the budget's unit
         got[kv] = (c.new_tokens, cache.target.kv_bytes() / len(cache.target.ids))
     assert got["f16"][1] * 2 == got["f32"][1] and got["f16"][0] > 0
+
+
+def test_amx_threshold_is_where_tiles_stop_losing():
+    """calibrate.amx_threshold: the fewest rows from which tiles never measured slower; one past
+    the largest size when they lose there too."""
+    from completer.engine.calibrate import amx_threshold
+
+    regs = {1: 3.0, 2: 3.2, 3: 3.8, 5: 4.5, 9: 6.5, 17: 10.7}
+    assert amx_threshold({t: v * 0.9 for t, v in regs.items()}, regs) == 1
+    assert amx_threshold({1: 3.9, 2: 4.0, 3: 3.7, 5: 4.6, 9: 6.0, 17: 9.5}, regs) == 9  # 5 lost
+    assert amx_threshold({t: v * 1.1 for t, v in regs.items()}, regs) == 18
+
+
+def test_warm_start_chooses_the_amx_rows(amx_bf16):
+    """Engine.warm_start measures the embedded target's forwards on tiles and in registers and sets
+    the library's threshold to what it chose (stats: amx_rows); a target without fp16 products
+    (fast-int8) leaves it alone. Either way the greedy ids are the same (the tests above)."""
+    from completer.config import EngineConfig
+    from completer.engine.calibrate import AMX_SIZES
+    from completer.engine.engine import Engine
+
+    lib = library()[0]
+    before = lib.nstep_amxh_rows(-1)
+    try:
+        e = Engine(EngineConfig(device="cpu", quant="auto"))
+        e.warm_start()
+        rows = e.stats()["amx_rows"]
+        assert rows in (*AMX_SIZES, max(AMX_SIZES) + 1) and lib.nstep_amxh_rows(-1) == rows
+        lib.nstep_amxh_rows(before)
+        q = Engine(EngineConfig(device="cpu", quant="fast-int8"))
+        q.warm_start()
+        assert q.stats()["amx_rows"] is None and lib.nstep_amxh_rows(-1) == before
+    finally:
+        lib.nstep_amxh_rows(before)

@@ -284,3 +284,22 @@ def test_generate_drafts_only_where_it_measures_cheaper(cost_ms, plain):
         assert k.k == 0 and drafter.calls == UNTIMED_ROUNDS + 1 and st.target_forwards >= 18, st
     else:
         assert k.k > 0 and st.target_forwards <= 8, st
+
+
+@pytest.mark.parametrize("runner", [lean, HFRunner])
+def test_a_draft_catch_up_is_timed_apart_and_proposes_the_same(runner):
+    """A draft left behind (plain rounds, a prompt its cache never saw) catches up in one forward
+    timed apart (`take_catch_up_ms`, which generate() leaves out of the round's time); a round's
+    few tokens are not a catch-up. Its proposal is the one a draft kept in step makes."""
+    target, draft = random_llama(64, 2, seed=31), random_llama(32, 1, seed=32)
+    seq = [random.Random(3).randrange(1, 64) for _ in range(60)]
+    behind, in_step = ModelDrafter(runner(draft), Sampling()), ModelDrafter(runner(draft), Sampling())
+    in_step.runner.forward(seq[:-1])
+    assert behind.propose(seq, 4).ids == in_step.propose(seq, 4).ids
+    assert behind.take_catch_up_ms() > 0 and behind.take_catch_up_ms() == 0.0
+    assert in_step.take_catch_up_ms() == 0.0
+    more = seq + behind.propose(seq, 4).ids[:2] + [5]  # two accepted + the target's token
+    assert behind.propose(more, 4).ids == in_step.propose(more, 4).ids and behind.take_catch_up_ms() == 0.0
+    comb = CombinedDrafter(ModelDrafter(runner(draft), Sampling()), NgramDrafter(), None, 64)
+    ids, st = generate(lean(target), seq, 12, Sampling(), comb, AdaptiveK(4, 0, 8))
+    assert ids == hf_greedy(target, seq, 12) and comb.take_catch_up_ms() == 0.0  # generate took it

@@ -46,6 +46,11 @@ class DocCache:
         self.by_kind: OrderedDict[str, AdaptiveK] = OrderedDict()  # per syntax-node kind (caller's)
         self.ngram = NgramDrafter()
 
+    def drafting(self) -> bool:
+        """Whether any of the document's schedules drafts now (else its draft cache can wait: a
+        try of drafting catches it up, ModelDrafter's sync)."""
+        return any(k.drafting for k in (self.k, *self.by_kind.values()))
+
     def k_for(self, kind: str | None) -> AdaptiveK:
         """The draft-length schedule for a kind of syntax node (argument lists, blocks and strings
         accept drafts differently); a new kind starts from what the document has learnt."""

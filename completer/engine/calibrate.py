@@ -1,5 +1,7 @@
-"""Calibration: this machine's step costs for the adaptive draft length (drafters.AdaptiveK),
-measured once at startup (Engine.warm_start), before requests share the cores and skew it."""
+"""Calibration, measured once at startup (Engine.warm_start), before requests share the cores and
+skew it: from how many rows the native step's fp16 products run on AMX-BF16 tiles
+(choose_amx_rows), then this machine's step costs for the adaptive draft length
+(drafters.AdaptiveK)."""
 from __future__ import annotations
 
 import statistics
@@ -52,3 +54,58 @@ def measure_step_costs(pair: Pair, ctx: int, cfg: EngineConfig, reps: int = 9) -
     for i in range(1, len(verify)):  # a longer verify never costs less (timing noise)
         verify[i] = max(verify[i], verify[i - 1])
     return min(d1 / t0, 1.0), verify
+
+
+AMX_SIZES = (1, 2, 3, 5, 9, 17)  # forward rows tried: a step, verifies of 1..16 drafts
+
+
+def amx_threshold(tiles: dict[int, float], registers: dict[int, float]) -> int:
+    """The fewest rows from which tiles are never slower than registers at any size measured
+    (one past the largest when they lose there too; prefill's longer forwards stay on tiles)."""
+    sizes = sorted(tiles)
+    start = max(sizes) + 1
+    for t in reversed(sizes):
+        if tiles[t] > registers[t]:
+            break
+        start = t
+    return start
+
+
+def choose_amx_rows(pair: Pair, ctx: int, cfg: EngineConfig, reps: int = 5) -> int | None:
+    """Where the native step multiplies the target's fp16 weights on AMX-BF16 tiles: time its
+    forwards of AMX_SIZES rows both ways, interleaved (medians of `reps`), and set the library's
+    threshold (process-wide: a one-thread forward of at least that many rows uses tiles; more
+    threads never below 8) to amx_threshold. Why measured, not fixed: on the Intel Xeon VMs a
+    lone step was cheaper on tiles in most runs (2.49 vs 3.45 ms/token) and dearer in others
+    (3.88 vs 3.13), while from 9 rows tiles won in every run. Returns the threshold, or None
+    where it does not apply (no such build, other weights). Results are equal either way up to
+    float32 summation order (tests/test_native_amx.py)."""
+    from .native_lib import library
+    from .native_runner import NativeRunner
+
+    lib = library()[0]
+    before = lib.nstep_amxh_rows(-1) if lib is not None else 0
+    if before <= 0:
+        return None
+    tr = make_runner(pair.target, ctx, cfg.lean, cfg.decode_threads, cfg.kv_cache)
+    if not isinstance(tr, NativeRunner) or not any(
+            getattr(getattr(m, "native", None), "wbf", None) is not None for m in pair.target.layers[0]):
+        return None
+    depth = max(1, min(512, 3 * ctx // 4) - max(AMX_SIZES))
+    tr.forward([3 + i % 64 for i in range(depth)])
+    times: dict = {(t, on): [] for t in AMX_SIZES for on in (True, False)}
+    try:
+        for _ in range(reps):
+            for t in AMX_SIZES:
+                for on in (True, False):
+                    lib.nstep_amxh_rows(1 if on else 0)
+                    t0 = time.perf_counter()
+                    tr.forward([5] * t)
+                    times[(t, on)].append(time.perf_counter() - t0)
+                    tr.truncate(depth)
+    finally:
+        lib.nstep_amxh_rows(before)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    rows = amx_threshold({t: med[(t, True)] for t in AMX_SIZES}, {t: med[(t, False)] for t in AMX_SIZES})
+    lib.nstep_amxh_rows(rows)
+    return rows

@@ -24,19 +24,41 @@ class ModelDrafter:
     """A small causal LM that proposes k tokens autoregressively over its own position-indexed
     KV cache (`runner`: anything with sync/forward/truncate, see completer.engine.runner). A
     runner with `head_rows` scores only those ids; proposals map back to vocabulary ids and
-    their probabilities are zero elsewhere (rejection sampling stays exact: q is what we drew from)."""
+    their probabilities are zero elsewhere (rejection sampling stays exact: q is what we drew from).
+
+    A catch-up of more than CATCH_UP tokens (the prompt, or the tokens of plain rounds, when the
+    draft was left behind) is timed apart: `take_catch_up_ms` hands it to generate(), which leaves
+    it out of the round's time. It is paid once per switch to drafting, not per token, and counted
+    per token it made a try of drafting look slower than it runs (on the embedded pair a 384-token
+    catch-up costs ~8 ms, a few rounds' worth), so tries lost and plain stuck."""
+
+    CATCH_UP = 16  # more tokens to feed than a round leaves behind (accepted drafts + 1)
 
     def __init__(self, runner, sampling: Sampling, generator: torch.Generator | None = None):
         self.runner, self.sampling, self.gen = runner, sampling, generator
         self.rows = getattr(runner, "head_rows", None)
         self._rows_t = torch.tensor(self.rows) if self.rows is not None else None
+        self.catch_up_ms = 0.0
+
+    def take_catch_up_ms(self) -> float:
+        ms, self.catch_up_ms = self.catch_up_ms, 0.0
+        return ms
+
+    def _sync(self, seq: list[int]) -> list[int]:
+        feed = self.runner.sync(seq)
+        if len(feed) > self.CATCH_UP:
+            t0 = time.perf_counter()
+            self.runner.forward(feed[:-1])
+            self.catch_up_ms += (time.perf_counter() - t0) * 1e3
+            feed = feed[-1:]
+        return feed
 
     def propose(self, seq: list[int], k: int) -> Proposal:
         if k <= 0 or len(seq) + k > self.runner.max_len:
             return EMPTY
         if self.sampling.greedy and hasattr(self.runner, "greedy"):  # the native step: k picks in one call
-            return Proposal(self.runner.greedy(self.runner.sync(seq), k), None, "model")
-        logits = self.runner.forward(self.runner.sync(seq))[-1]  # [V] or [len(rows)]
+            return Proposal(self.runner.greedy(self._sync(seq), k), None, "model")
+        logits = self.runner.forward(self._sync(seq))[-1]  # [V] or [len(rows)]
         ids, probs = [], []
         for i in range(k):
             if self.sampling.greedy:
@@ -146,6 +168,9 @@ class CombinedDrafter:
             probs = torch.cat([q.probs if q.probs is not None else _one_hot(q.ids, parts[-1].probs.shape[-1])
                                for q in parts])
         return Proposal([t for q in parts for t in q.ids], probs, "+".join(q.source for q in parts))
+
+    def take_catch_up_ms(self) -> float:
+        return self.model.take_catch_up_ms() if self.model is not None else 0.0
 
 
 class AdaptiveK:

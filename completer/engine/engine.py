@@ -30,9 +30,9 @@ from ..edits.formats import detect as detect_edit_format
 from ..fim import FimFormat, token_id
 from .batch import Via
 from .caches import DocCache, kv_reserve_bytes
-from .calibrate import measure_step_costs
+from .calibrate import choose_amx_rows, measure_step_costs
 from .drafters import AdaptiveK, CombinedDrafter, Drafter, EditDrafter, FastPathDrafter, ModelDrafter
-from .models import ModelError, Pair, fp16_if_pays, load_pair
+from .models import ModelError, Pair, load_pair, quantize_draft
 from .prompt import build_prompt, encode_text
 from .quant import model_bytes
 from .records import Record, Records, StopFlag
@@ -82,8 +82,8 @@ class Engine:
         if frequent and 0 < cfg.draft_vocab < len(frequent) and isinstance(self.pair.draft, LlamaWeights) \
                 and self.pair.draft.head_rows is None and isinstance(self.pair.draft.lm_head, torch.Tensor):
             self.pair.draft.restrict_head(frequent[:cfg.draft_vocab])
-        if cfg.quant == "auto" and self.pair.draft is not None:
-            fp16_if_pays(self.pair.draft)  # after restrict_head, which needs the dense head
+        # after restrict_head, which needs the dense head
+        self.draft_quant = quantize_draft(self.pair.draft, cfg.draft_quant) if self.pair.draft is not None else "none"
         self.sampling = Sampling(cfg.temperature, cfg.top_p)
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.budget = int(cfg.kv_budget_mb * 2**20)
@@ -95,6 +95,7 @@ class Engine:
         self._stats_lock = threading.Lock()
         self.step_costs: tuple[float, list[float] | None] = (0.06, None)  # (c, verify costs) for
         # AdaptiveK: defaults until warm_start measures them on this machine
+        self.amx_rows: int | None = None  # the native step's AMX-BF16 threshold warm_start chose (calibrate.py)
         # a pair of our FIM format writes next edits only once taught them (draft_models/finetune_edits
         # marks its config); "auto" does not ask one that was not (the shipped pair: MODEL_CARD.md)
         self.edits_trained = bool(getattr(self.pair.target.config, "completer_next_edit", False))
@@ -437,10 +438,12 @@ class Engine:
     # -- warmup ------------------------------------------------------------------------------
     def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
                extra: Sequence[Chunk] = ()) -> int:
-        """Prefill the document's caches (target and draft) with the prompt `complete` builds
-        from the same arguments (and the engine's max_new_tokens), without generating, at low
-        priority: chunks of `warmup_chunk` tokens, giving way to interactive requests between
-        chunks. Returns the number of tokens computed (0 when the cache already held them)."""
+        """Prefill the document's caches (target, and the draft's while the document's schedule
+        drafts: where drafting measured slower than plain, a try catches it up) with the prompt
+        `complete` builds from the same arguments (and the engine's max_new_tokens), without
+        generating, at low priority: chunks of `warmup_chunk` tokens, giving way to interactive
+        requests between chunks. Returns the number of tokens computed (0 when the cache already
+        held them)."""
         return self.prefill(self.fim_prompt(prefix, suffix, None, extra), doc_key=doc_key)
 
     def prefill(self, prompt: list[int], *, doc_key: str = "_default") -> int:
@@ -457,7 +460,7 @@ class Engine:
                     continue  # re-admitted: the slot may have been evicted meanwhile
                 cache: DocCache = t.resource
                 todo = []
-                for r in (cache.target, cache.draft):
+                for r in (cache.target, cache.draft if cache.drafting() else None):
                     if r is None:
                         continue
                     n = common_prefix_len(r.ids, prompt)
@@ -486,6 +489,7 @@ class Engine:
         self.complete("import os\n\n\ndef main(argv):\n    ", "\n", doc_key=key, max_new=4)
         self.forget(key)
         self.progress(80, "measuring step costs")
+        self.amx_rows = choose_amx_rows(self.pair, self.ctx, self.cfg)
         self.step_costs = measure_step_costs(self.pair, self.ctx, self.cfg)
         self.progress(100, "ready")
         with self._stats_lock:
@@ -515,10 +519,11 @@ class Engine:
                 "device": str(self.pair.device), "ctx": self.ctx, "fim": self.fim.layout,
                 "config": asdict(self.cfg), "prompt_budget": self.prompt_budget(),
                 "kv_bytes": self.kv_bytes(), "kv_live_bytes": self.kv_live_bytes(),
-                "kv_budget_bytes": self.budget, "step_costs": self.step_costs,
+                "kv_budget_bytes": self.budget, "step_costs": self.step_costs, "amx_rows": self.amx_rows,
                 "kv_bytes_per_document": self.cache_bytes, "kv_cached_documents": len(self.caches),
                 "target_weight_bytes": model_bytes(self.pair.target),
                 "draft_weight_bytes": model_bytes(self.pair.draft) if self.pair.draft is not None else 0,
+                "draft_stored": self.draft_quant,  # what draft_quant applied
                 "queue_waiting": waiting, "queue_live": live, "batch_steps": self.sched.batcher.steps,
                 "batched_calls": self.sched.batcher.batched_calls, "records": len(self.records),
                 "record_chars": self.records.chars, **self.counters}

@@ -61,6 +61,7 @@ def generate(target, prompt: list[int], max_new: int, sampling: Sampling,
     out: list[int] = []
     new = [cur]
     t_round = k.clock() if k is not None else 0.0  # rounds timed end to end: k weighs drafting against plain
+    catch_up = getattr(drafter, "take_catch_up_ms", None)  # a draft's one-off catch-up, left out of the rounds
     while True:
         eos = next((i for i, t in enumerate(new) if t in eos_ids), None)
         new = new[:eos][: max_new - len(out)]
@@ -96,7 +97,8 @@ def generate(target, prompt: list[int], max_new: int, sampling: Sampling,
         if k is not None:  # the round: the loop, the draft's catch-up and proposal, the verify
             now = k.clock()
             timed = sampling.greedy and st.target_forwards > UNTIMED_ROUNDS  # a seeded sample must not hang on timing
-            k.update(len(prop.ids), n, (now - t_round) * 1e3 if timed else None)
+            ms = max(0.0, (now - t_round) * 1e3 - (catch_up() if catch_up is not None else 0.0))
+            k.update(len(prop.ids), n, ms if timed else None)
             t_round = now
     del out[max_new:]
     st.new_tokens = len(out)

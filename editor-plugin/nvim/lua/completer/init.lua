@@ -41,7 +41,7 @@ local ACCEPT_CMD = 'completer.accepted'
 M.option_types = {
   -- engine
   target = 'string', draft = 'string', device = 'string', dtype = 'string', quant = 'string',
-  quant_groups = 'string', drafter = 'string', draft_len = 'number', max_draft_len = 'number',
+  quant_groups = 'string', draft_quant = 'string', drafter = 'string', draft_len = 'number', max_draft_len = 'number',
   draft_vocab = 'number', max_new_tokens = 'number', temperature = 'number', top_p = 'number',
   kv_budget_mb = 'number', lean = 'boolean', seed = 'number', fim_format = 'string',
   max_batch = 'number', batch_wait_ms = 'number', max_queue = 'number',
