@@ -253,7 +253,7 @@ def test_adaptive_k_falls_to_plain_when_drafting_measures_slower_and_comes_back(
         k.update(k.k, 1, 4.0) if k.k else k.update(0, 0, 1.0)  # drafting: 2 tokens in 4 ms
     assert drafted[:2] == [4, 0] and k.k == 0 and k.ms_per_token(True) > k.ms_per_token(False)
     tries = [i for i in range(1, len(drafted)) if drafted[i] and not drafted[i - 1]]
-    assert all(drafted[i:i + AdaptiveK.TRY_ROUNDS] == [1] * AdaptiveK.TRY_ROUNDS for i in tries), drafted
+    assert all(all(n > 0 for n in drafted[i:i + AdaptiveK.TRY_ROUNDS]) for i in tries), drafted
     assert sum(n > 0 for n in drafted) == 1 + AdaptiveK.TRY_ROUNDS * len(tries)
     gaps = [b - a for a, b in zip([0] + tries, tries)]
     assert gaps[0] > AdaptiveK.PROBE_STEPS and gaps == sorted(gaps) and gaps[-1] > 3 * gaps[0], gaps
@@ -301,5 +301,5 @@ def test_a_draft_catch_up_is_timed_apart_and_proposes_the_same(runner):
     more = seq + behind.propose(seq, 4).ids[:2] + [5]  # two accepted + the target's token
     assert behind.propose(more, 4).ids == in_step.propose(more, 4).ids and behind.take_catch_up_ms() == 0.0
     comb = CombinedDrafter(ModelDrafter(runner(draft), Sampling()), NgramDrafter(), None, 64)
-    ids, st = generate(lean(target), seq, 12, Sampling(), comb, AdaptiveK(4, 0, 8))
+    ids, _ = generate(lean(target), seq, 12, Sampling(), comb, AdaptiveK(4, 0, 8))
     assert ids == hf_greedy(target, seq, 12) and comb.take_catch_up_ms() == 0.0  # generate took it

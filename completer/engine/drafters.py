@@ -198,8 +198,12 @@ class AdaptiveK:
     fades, so a fresh try of it counts most. It drafts while drafting measures fewer ms per
     token than plain; until both are measured the model decides (E[tokens](k) > cost(k)), and
     the first timed drafting round is followed by a plain one so that both are. After
-    `probe[kind]` rounds of the chosen kind the other is tried: one plain round, or TRY_ROUNDS
-    rounds at the model's k (the first pays the draft's catch-up over the plain rounds). The
+    `probe[kind]` rounds of the chosen kind the other is tried: PLAIN_TRY_ROUNDS plain rounds, or
+    TRY_ROUNDS rounds at the model's k. A round of one kind right after the other is not timed:
+    it pays for the other's caches (the draft's weights and K/V displace the target's; plain
+    rounds leave the draft behind, whose catch-up generate() leaves out anyway). Timed, the first
+    plain round after drafting read ~1.4 ms a token where plain decoding ran at ~1.0 (fast-int8 on
+    the embedded pair), and drafting that lost was kept. The
     tried kind's interval doubles, up to PROBE_MAX, after a try that does not win and after a
     win that does not hold PROBE_STEPS rounds (a lucky try); a kind that held that long and
     then lost is tried again after PROBE_STEPS. The tries are what following the document
@@ -207,8 +211,11 @@ class AdaptiveK:
 
     PROBE_STEPS = 16  # rounds before the kind not chosen is tried, after a choice that held
     PROBE_MAX = 256   # the interval doubles up to this while tries do not win
-    TRY_ROUNDS = 4    # a try of drafting (of plain: one round); 2 lost more often where drafting
-    # paid (fast-int8 on the embedded pair: 0.92-1.00× plain in 5 runs, 0.98-1.13× with 4)
+    TRY_ROUNDS = 4    # a try of drafting; 2 lost more often where drafting paid (fast-int8 on
+    # the embedded pair: 0.92-1.00× plain in 5 runs, 0.98-1.13× with 4)
+    PLAIN_TRY_ROUNDS = 2  # a try of plain: the switch (untimed), then one timed round
+    MARGIN = 0.05  # where drafting measures within this of plain (fast-int8 and int4 targets on the
+    # embedded pair: a verify of a few rows costs 1.3-1.5 steps), plain: no draft prefill, no catch-ups
 
     def __init__(self, k: int, k_min: int = 1, k_max: int = 8, c: float = 0.06, beta: float = 0.1,
                  decay: float = 0.95, verify: list[float] | None = None,
@@ -221,6 +228,7 @@ class AdaptiveK:
         self.acc = [0.0] * k_max
         self.wall = [[0.0, 0.0], [0.0, 0.0]]  # [plain, drafting] → decayed ms, emitted tokens
         self.drafting, self.trying = k > 0, 0  # the kind chosen (k_min = 0); rounds left trying the other
+        self.last: bool | None = None  # the kind of the last round (True: it proposed)
         self.held = self.idle = 0  # rounds since the choice changed; since the other kind was tried
         self.probe = [self.PROBE_STEPS] * 2  # [plain, drafting] → rounds before it is tried
 
@@ -244,10 +252,18 @@ class AdaptiveK:
         return AdaptiveK(self.k, self.k_min, k_max, self.c, self.beta, self.decay, self.verify,
                          self.clock).learnt_from(self)
 
+    PRIOR = 0.8     # acceptance of a first draft token before any evidence (then x0.85 a position)
+    PRIOR_WEIGHT = 2.0  # proposals' worth of evidence the prior counts for: one rejected first
+    # round no longer reads as "never accepted" (s = 0 sent the embedded pair's first document to
+    # plain decoding for good: its first draft token was rejected, drafting was never timed)
+
     def expected(self, k: int) -> float:
-        total, s = 1.0, 0.8 / 0.85
+        """1 + s_1 + … + s_k: s_i the decayed share of proposals at position i that were accepted,
+        pulled toward a prior (PRIOR for the first, the position before's x0.85 after) by
+        PRIOR_WEIGHT proposals' worth; where positions have no evidence, the prior alone."""
+        total, s = 1.0, self.PRIOR / 0.85
         for a, p in zip(self.acc[:k], self.prop[:k]):
-            s = a / p if p >= 0.5 else s * 0.85
+            s = (a + self.PRIOR_WEIGHT * s * 0.85) / (p + self.PRIOR_WEIGHT)
             total += s
         return total
 
@@ -269,7 +285,8 @@ class AdaptiveK:
                 tried = i < proposed     # being tried is extrapolated again and gets retried
                 self.prop[i] = d * self.prop[i] + tried
                 self.acc[i] = d * self.acc[i] + (tried and i < accepted)
-        if ms is not None:
+        switched, self.last = self.last is not None and self.last != (proposed > 0), proposed > 0
+        if ms is not None and not switched:
             for kind, w in enumerate(self.wall):
                 ms_k, tokens = (ms, accepted + 1) if kind == (proposed > 0) else (0.0, 0)
                 w[0], w[1] = d * w[0] + ms_k, d * w[1] + tokens
@@ -282,7 +299,10 @@ class AdaptiveK:
     def _draft_or_plain(self, drafted: bool) -> int:
         # `best()` only where a draft follows: ~5 µs, 1 % of an int4 step on the embedded pair
         plain, drafting = self.ms_per_token(False), self.ms_per_token(True)
-        draft = self.rate(self.best()) > 1 if plain is None or drafting is None else drafting < plain
+        if plain is None or drafting is None:
+            draft = self.rate(self.best()) > 1
+        else:  # drafting must measure MARGIN faster to take over from plain, and keeps on while faster
+            draft = drafting < plain * (1.0 if self.drafting else 1.0 - self.MARGIN)
         if self.trying:
             self.trying -= drafted != self.drafting  # a try of drafting that found nothing goes on
             if self.trying:
@@ -299,7 +319,7 @@ class AdaptiveK:
         if draft and plain is None and drafting is not None:
             return 0  # cold: plain's first measurement
         if self.idle > self.probe[not draft]:
-            self.trying = 1 if draft else self.TRY_ROUNDS
+            self.trying = self.PLAIN_TRY_ROUNDS if draft else self.TRY_ROUNDS
             return 0 if draft else self.best()
         return self.best() if draft else 0
 
