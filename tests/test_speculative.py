@@ -303,3 +303,22 @@ def test_a_draft_catch_up_is_timed_apart_and_proposes_the_same(runner):
     comb = CombinedDrafter(ModelDrafter(runner(draft), Sampling()), NgramDrafter(), None, 64)
     ids, _ = generate(lean(target), seq, 12, Sampling(), comb, AdaptiveK(4, 0, 8))
     assert ids == hf_greedy(target, seq, 12) and comb.take_catch_up_ms() == 0.0  # generate took it
+
+
+def test_tries_of_drafting_wait_until_plain_rounds_pay_for_their_catch_up():
+    """Plain chosen, a try of drafting comes after its probe interval only once the plain rounds
+    since the last try have cost TRY_SHARE⁻¹ times the last catch-up: a dear catch-up (a new
+    document's prompt) makes tries rarer; a schedule learnt from it knows."""
+    def tries(catch_up_ms: float) -> list[int]:
+        k = AdaptiveK(4, 0, 8, c=0.05, verify=[1.0] + [1.05] * 8)
+        k.update(4, 1, 4.0, catch_up_ms)  # drafting: 2 tokens in 4 ms (and what catching up cost)
+        drafted = []
+        for _ in range(400):
+            drafted.append(k.k)
+            k.update(k.k, 0, 4.0) if k.k else k.update(0, 0, 1.0)
+        return [i for i in range(1, len(drafted)) if drafted[i] and not drafted[i - 1]]
+    cheap, dear = tries(0.0), tries(10.0)
+    assert cheap and dear and dear[0] >= 10 / AdaptiveK.TRY_SHARE / 1.0 > cheap[0] and len(dear) < len(cheap)
+    k = AdaptiveK(4, 0, 8)
+    k.update(4, 1, 4.0, 30.0)
+    assert AdaptiveK(4, 0, 8).learnt_from(k).catch_up_ms == 30.0

@@ -229,15 +229,18 @@ class AdaptiveK:
         self.wall = [[0.0, 0.0], [0.0, 0.0]]  # [plain, drafting] → decayed ms, emitted tokens
         self.drafting, self.trying = k > 0, 0  # the kind chosen (k_min = 0); rounds left trying the other
         self.last: bool | None = None  # the kind of the last round (True: it proposed)
+        self.catch_up_ms = 0.0  # the last catch-up a try of drafting paid (ModelDrafter.take_catch_up_ms)
         self.held = self.idle = 0  # rounds since the choice changed; since the other kind was tried
         self.probe = [self.PROBE_STEPS] * 2  # [plain, drafting] → rounds before it is tried
 
     def learnt_from(self, other: AdaptiveK) -> AdaptiveK:
         """This schedule (its bounds and step costs) with what `other` learnt: acceptance (the
-        positions both bounds share), measured wall time, drafting or plain, its tries, and k."""
+        positions both bounds share), measured wall time, drafting or plain, its tries (and what
+        catching up cost them), and k."""
         n = min(self.k_max, other.k_max)
         self.prop[:n], self.acc[:n] = other.prop[:n], other.acc[:n]
         self.wall = [list(w) for w in other.wall]
+        self.catch_up_ms = other.catch_up_ms
         self.drafting, self.trying, self.held, self.idle = other.drafting, other.trying, other.held, other.idle
         self.probe = list(other.probe)
         self.k = min(other.k, self.k_max)
@@ -276,9 +279,11 @@ class AdaptiveK:
         ms, tokens = self.wall[drafting]
         return ms / tokens if tokens else None
 
-    def update(self, proposed: int, accepted: int, ms: float | None = None) -> None:
+    def update(self, proposed: int, accepted: int, ms: float | None = None, catch_up_ms: float = 0.0) -> None:
         """After a round that proposed `proposed` drafts, `accepted` of them, in `ms` (None: not
-        timed) → the next round's k."""
+        timed; a draft's catch-up, `catch_up_ms`, left out) → the next round's k."""
+        if catch_up_ms:
+            self.catch_up_ms = catch_up_ms
         d = self.decay
         if proposed:
             for i in range(self.k_max):  # every position's evidence fades, so a k that stopped
@@ -318,10 +323,19 @@ class AdaptiveK:
         self.held, self.idle = self.held + 1, self.idle + 1
         if draft and plain is None and drafting is not None:
             return 0  # cold: plain's first measurement
-        if self.idle > self.probe[not draft]:
+        if self.idle > self.probe[not draft] and (draft or self._try_paid_for(plain)):
             self.trying = self.PLAIN_TRY_ROUNDS if draft else self.TRY_ROUNDS
             return 0 if draft else self.best()
         return self.best() if draft else 0
+
+    TRY_SHARE = 0.05  # of the time decoding plain that tries of drafting may spend catching up
+
+    def _try_paid_for(self, plain_ms: float | None) -> bool:
+        """Whether the plain rounds since the last try have run long enough that the next try's
+        catch-up (the last one's) costs at most TRY_SHARE of them: on the embedded pair a try
+        catches the draft up over a new document's prompt, ~8 ms, where a fast-int8 target's
+        plain round costs ~1 ms, so tries every 16-64 rounds cost it 10-15 % in bench/peers.py."""
+        return plain_ms is None or self.idle * plain_ms * self.TRY_SHARE >= self.catch_up_ms
 
 
 class EditDrafter:

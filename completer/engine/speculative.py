@@ -97,8 +97,9 @@ def generate(target, prompt: list[int], max_new: int, sampling: Sampling,
         if k is not None:  # the round: the loop, the draft's catch-up and proposal, the verify
             now = k.clock()
             timed = sampling.greedy and st.target_forwards > UNTIMED_ROUNDS  # a seeded sample must not hang on timing
-            ms = max(0.0, (now - t_round) * 1e3 - (catch_up() if catch_up is not None else 0.0))
-            k.update(len(prop.ids), n, ms if timed else None)
+            spent = catch_up() if catch_up is not None else 0.0
+            ms = max(0.0, (now - t_round) * 1e3 - spent)
+            k.update(len(prop.ids), n, ms if timed else None, spent)
             t_round = now
     del out[max_new:]
     st.new_tokens = len(out)
