@@ -42,6 +42,18 @@ from .tokenizer import save_hf_tokenizer
 from .train import SampleStream, TrainConfig, evaluate_loss, run_stage
 
 
+def to_batch(rows: list[tuple[list[int], list[int]]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, labels: the id each position predicts, or -100) rows → inputs padded to the longest
+    and targets shifted by one."""
+    T = max(len(ids) for ids, _ in rows)
+    x = torch.full((len(rows), T), pad, dtype=torch.long)
+    y = torch.full_like(x, -100)
+    for b, (ids, labels) in enumerate(rows):
+        x[b, : len(ids)] = torch.tensor(ids)
+        y[b, : len(ids) - 1] = torch.tensor(labels[1:])
+    return x, y
+
+
 class MixedStream:
     """Batches of edit tasks or of the ordinary stream's samples (see `batch`). A pure function
     of (seed, step), like SampleStream."""
@@ -102,13 +114,7 @@ class MixedStream:
             got = (self._copy(rng) if rng.random() < self.copy_rate else self._edit(rng)) if edits else None
             ids, start = got if got else (self.plain.sample(rng), 0)
             rows.append((ids, [-100] * start + ids[start:]))
-        T = max(len(s) for s, _ in rows)
-        x = torch.full((len(rows), T), self.pad, dtype=torch.long)
-        y = torch.full((len(rows), T), -100, dtype=torch.long)
-        for b, (s, labels) in enumerate(rows):
-            x[b, : len(s)] = torch.tensor(s)
-            y[b, : len(s) - 1] = torch.tensor(labels[1:])
-        return x, y
+        return to_batch(rows, self.pad)
 
 
 class InductionStream:
@@ -175,14 +181,7 @@ class RealignStream:
 
     def batch(self, step: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         rng = random.Random(self.seed * 1_000_003 + step)
-        rows = [self.row(rng) for _ in range(batch_size)]
-        T = max(len(ids) for ids, _ in rows)
-        x = torch.full((batch_size, T), self.pad, dtype=torch.long)
-        y = torch.full_like(x, -100)
-        for b, (ids, labels) in enumerate(rows):
-            x[b, : len(ids)] = torch.tensor(ids)
-            y[b, : len(ids) - 1] = torch.tensor(labels[1:])
-        return x, y
+        return to_batch([self.row(rng) for _ in range(batch_size)], self.pad)
 
 
 class SubstituteStream:
@@ -230,14 +229,7 @@ class SubstituteStream:
 
     def batch(self, step: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         rng = random.Random(self.seed * 1_000_003 + step)
-        rows = [self.row(rng) for _ in range(batch_size)]
-        T = max(len(ids) for ids, _ in rows)
-        x = torch.full((batch_size, T), self.pad, dtype=torch.long)
-        y = torch.full_like(x, -100)
-        for b, (ids, labels) in enumerate(rows):
-            x[b, : len(ids)] = torch.tensor(ids)
-            y[b, : len(ids) - 1] = torch.tensor(labels[1:])
-        return x, y
+        return to_batch([self.row(rng) for _ in range(batch_size)], self.pad)
 
 
 def _load(d: Path, ctx: int):

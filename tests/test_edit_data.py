@@ -226,3 +226,46 @@ def test_realign_rows_copy_an_edited_string_and_mix_into_edit_steps(embedded_tok
     x, y = mixed.batch(0, 2)
     assert x.shape[0] == 4 and (x[:, 2:] == suf).sum() == 0 and (x[:, 1] == suf).all()
     assert all(torch.equal(a, b) for a, b in zip(mixed.batch(0, 2), (x, y)))
+
+
+def test_substitute_rows_rename_an_arbitrary_span_everywhere(embedded_tokenizer):
+    """finetune_edits.SubstituteStream: `<fim_prefix> -L +L' <fim_suffix> R <fim_middle> R' <eos>`:
+    L' is L with a span X replaced by Y; R holds that line as L' and X at other places; the answer
+    R' is R with every X replaced by Y (R unchanged where X is nowhere else), the loss on all of
+    it. MixedStream's edit steps carry such rows at `subst_rate`; batches repeat."""
+    import difflib
+
+    import torch
+
+    from draft_models.finetune_edits import MixedStream, SubstituteStream
+
+    tok = embedded_tokenizer
+    vocab = list(range(300, 2300))
+    stream = SubstituteStream([SOURCE], vocab, tok, seed=5)
+    pre, suf, mid, eos = (tok.token_to_id(t) for t in ("<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<|endoftext|>"))
+    minus, plus = tok.encode("-").ids[0], tok.encode("+").ids[0]
+    rng, changed = random.Random(6), 0
+    for _ in range(40):
+        ids, labels = stream.row(rng)
+        s, m = ids.index(suf), ids.index(mid)
+        hist, region, answer = ids[1:s], ids[s + 1:m], ids[m + 1:-1]
+        assert ids[0] == pre and hist[0] == minus and plus in hist and ids[-1] == eos
+        assert labels == [-100] * (m + 1) + ids[m + 1:]
+        # the answer is the region with one substitution made at one or more places
+        ops = {(tuple(region[a:b]), tuple(answer[c:d]))
+               for tag, a, b, c, d in difflib.SequenceMatcher(None, region, answer, autojunk=False).get_opcodes()
+               if tag != "equal"}
+        if ops:  # the same X → Y at each (places side by side merge into X X → Y Y)
+            x, y = min(ops, key=lambda o: len(o[0]) + len(o[1]))
+            times = [len(o) // len(x) if x else len(n) // len(y) for o, n in ops]
+            assert all(o == x * c and n == y * c for (o, n), c in zip(ops, times)), ops
+            new_line = hist[len(hist) - hist[::-1].index(plus):]  # Y is in the history's new line
+            assert set(y) <= set(new_line) and all(t in region for t in new_line)
+        changed += answer != region
+    assert 20 < changed <= 40
+    x, y = stream.batch(2, 3)
+    assert all(torch.equal(a, b) for a, b in zip(stream.batch(2, 3), (x, y)))
+    mixed = MixedStream([SOURCE], ["a.py"], tok, 1024, seed=1, edit_rate=1.0, max_region_chars=300,
+                        subst=stream, subst_rate=1.0)
+    x, y = mixed.batch(0, 2)
+    assert x.shape[0] == 4 and (x[:, 0] == pre).all() and (x[:, 1] == minus).all()
