@@ -260,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu", help="cuda where a GPU is lent (draft_models/gpu_finetune.sh)")
     ap.add_argument("--workers", type=int, default=0, help="processes making batches ahead (with --device cuda)")
     ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--eval-every", type=int, default=250, help="steps between held-out evaluations (and at each stage's end)")
+    ap.add_argument("--eval-batches", type=int, default=6, help="batches per evaluation (one took ~3 min on one Xeon core)")
     ap.add_argument("--copy-steps", type=int, default=0,
                     help="a stage of copy tasks only (4 times --batch-size rows a step) after the induction stage")
     ap.add_argument("--realign-steps", type=int, default=0,
@@ -303,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     held = MixedStream(held_texts, [f.name for f in held_files], tok, a.ctx, a.seed + 1, 1.0, a.max_region_chars)
     held_plain = MixedStream(held_texts, [f.name for f in held_files], tok, a.ctx, a.seed + 1, 0.0)
     tcfg = TrainConfig(steps=a.target_steps, batch_size=a.batch_size, lr=a.lr, warmup=a.warmup, ckpt_every=50,
-                       log_every=10, eval_every=250, eval_batches=6, device=a.device,
+                       log_every=10, eval_every=a.eval_every, eval_batches=a.eval_batches, device=a.device,
                        workers=a.workers)
     dcfg = replace(tcfg, steps=a.draft_steps, lr=a.lr * 5 / 3)
     log(f"fine-tune for next edits: ctx {a.ctx}, {len(train_files)} train / {len(held_files)} held-out files, "
