@@ -15,6 +15,7 @@ from completer.syntax import (
     postprocess,
     select_context,
 )
+from completer.syntax.postprocess import REGION_CHARS
 
 CUR = "‸"
 
@@ -302,3 +303,18 @@ def test_context_elides_a_sibling_body_in_each_language(lang, src, sibling):
     ctx = select_context(snap, off, _count, 250)
     assert [s.kind for s in ctx.spans].count("sibling") == 1
     assert sibling in ctx.prefix and "{ {" not in ctx.prefix
+
+
+def test_parse_check_in_a_large_class_sees_the_whole_file():
+    """A cursor deep in a long class of documented methods (past the old 16 KB region): a
+    candidate that breaks the file is trimmed or dropped. A region parsed on its own started
+    inside a docstring, held 172 errors already (every string inverted) and let this one through,
+    as it did on rich/console.py in bench/holes.py."""
+    doc = ('        """Add {i} to x.\n\n        Args:\n            x: a number, or "anything" that adds.\n'
+           '        Returns:\n            the sum.\n        """\n')
+    methods = "".join(f"    def m{i}(self, x):\n" + doc.format(i=i) + f"        return x + {i}\n\n" for i in range(300))
+    src = "class Big:\n" + methods + "    def last(self, x):\n        for v in x:\n            ‸\n        return x\n"
+    snap, off = at(src)
+    assert len(snap.text) > 2 * REGION_CHARS + 10_000
+    p = postprocess(snap, off, " if not (v, v, v)\n", Mode.MULTI)
+    assert p.errors_before == 0 and p.errors_after == 0 and "if not" not in p.text
