@@ -118,7 +118,9 @@ class Fp16Weight:
         return y.reshape(*x.shape[:-1], -1).to(x.dtype)
 
     def nbytes(self) -> int:
-        return 2 * self.shape[0] * self.shape[1]
+        """What it keeps: the native layout (with the AMX-BF16 pairs native_runner adds where it
+        multiplies on them: as many bytes again), else fbgemm's fp16 pack."""
+        return self.native.nbytes() if self.native is not None else 2 * self.shape[0] * self.shape[1]
 
 
 def native_pack(kind: str, **arrays):
