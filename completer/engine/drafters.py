@@ -216,6 +216,11 @@ class AdaptiveK:
     PLAIN_TRY_ROUNDS = 2  # a try of plain: the switch (untimed), then one timed round
     MARGIN = 0.05  # where drafting measures within this of plain (fast-int8 and int4 targets on the
     # embedded pair: a verify of a few rows costs 1.3-1.5 steps), plain: no draft prefill, no catch-ups
+    TRY_SHARE = 0.05  # of the time decoding plain that tries of drafting may spend catching up
+    PRIOR = 0.8     # acceptance of a first draft token before any evidence (then x0.85 a position)
+    PRIOR_WEIGHT = 2.0  # proposals' worth of evidence the prior counts for: one rejected first
+    # round no longer reads as "never accepted" (s = 0 sent the embedded pair's first document to
+    # plain decoding for good: its first draft token was rejected, drafting was never timed)
 
     def __init__(self, k: int, k_min: int = 1, k_max: int = 8, c: float = 0.06, beta: float = 0.1,
                  decay: float = 0.95, verify: list[float] | None = None,
@@ -254,11 +259,6 @@ class AdaptiveK:
         """A copy bounded by a new `k_max` (the max_draft_len option changed)."""
         return AdaptiveK(self.k, self.k_min, k_max, self.c, self.beta, self.decay, self.verify,
                          self.clock).learnt_from(self)
-
-    PRIOR = 0.8     # acceptance of a first draft token before any evidence (then x0.85 a position)
-    PRIOR_WEIGHT = 2.0  # proposals' worth of evidence the prior counts for: one rejected first
-    # round no longer reads as "never accepted" (s = 0 sent the embedded pair's first document to
-    # plain decoding for good: its first draft token was rejected, drafting was never timed)
 
     def expected(self, k: int) -> float:
         """1 + s_1 + … + s_k: s_i the decayed share of proposals at position i that were accepted,
@@ -327,8 +327,6 @@ class AdaptiveK:
             self.trying = self.PLAIN_TRY_ROUNDS if draft else self.TRY_ROUNDS
             return 0 if draft else self.best()
         return self.best() if draft else 0
-
-    TRY_SHARE = 0.05  # of the time decoding plain that tries of drafting may spend catching up
 
     def _try_paid_for(self, plain_ms: float | None) -> bool:
         """Whether the plain rounds since the last try have run long enough that the next try's
