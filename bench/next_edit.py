@@ -116,12 +116,14 @@ def quality(engine, tasks_by_kind, noop_by_kind) -> dict:
         for t in tasks:
             ne, got = run(engine, t)
             rows.append({"exact": got == t.expected, "empty": not ne.edits, "parses": parses(got),
-                         "reason": ne.dropped, "region_lines": t.region[1] - t.region[0], "ms": ne.total_ms,
+                         "reason": ne.dropped, "source": ne.source if ne.edits else None,
+                         "model_reason": ne.model_dropped, "region_lines": t.region[1] - t.region[0], "ms": ne.total_ms,
                          "tau": ne.accepted_per_forward})
         res[kind] = summarize(rows)
     for kind, tasks in noop_by_kind.items():
-        wrong = sum(bool(run(engine, t)[0].edits) for t in tasks)
-        res.setdefault(kind, {})["noop_suggested"] = round(wrong / len(tasks), 3) if tasks else None
+        shown = [ne.source for ne, _ in (run(engine, t) for t in tasks) if ne.edits]
+        res.setdefault(kind, {})["noop_suggested"] = round(len(shown) / len(tasks), 3) if tasks else None
+        res[kind]["noop_suggested_by"] = dict(Counter(shown))
         res[kind]["noop_tasks"] = len(tasks)
     return res
 
@@ -132,7 +134,12 @@ def summarize(rows: list[dict]) -> dict:
         return {"tasks": 0}
     shown = [r for r in rows if not r["empty"]]
     return {"tasks": n, "exact": round(sum(r["exact"] for r in rows) / n, 3),
+            # the model's own answers: exact where a rename did not stand in for it
+            "model_exact": round(sum(r["exact"] and r["source"] == "model" for r in rows) / n, 3),
             "empty": round(sum(r["empty"] for r in rows) / n, 3),
+            "shown_by": dict(Counter(r["source"] for r in rows if r["source"])),
+            "model_dropped": dict(Counter(r["model_reason"] or r["reason"] for r in rows
+                                          if r["model_reason"] or r["reason"])),
             "parses_of_shown": round(sum(r["parses"] for r in shown) / len(shown), 3) if shown else None,
             "dropped": dict(Counter(r["reason"] for r in rows if r["reason"])),
             "region_lines_median": statistics.median(r["region_lines"] for r in rows),
@@ -248,7 +255,8 @@ def main() -> int:
             rn = [q[k] for k in RENAMES if q.get(k, {}).get("tasks")]
             if rn:
                 n = sum(r["tasks"] for r in rn)
-                q["rename_propagation"] = {"tasks": n, "exact": round(sum(r["exact"] * r["tasks"] for r in rn) / n, 3)}
+                q["rename_propagation"] = {"tasks": n, "exact": round(sum(r["exact"] * r["tasks"] for r in rn) / n, 3),
+                                           "model_exact": round(sum(r["model_exact"] * r["tasks"] for r in rn) / n, 3)}
             res["quality"] = q
         engine.close()
     a.out.parent.mkdir(parents=True, exist_ok=True)

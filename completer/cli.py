@@ -124,7 +124,7 @@ def _complete_file(a: argparse.Namespace, r: config.Resolved) -> int:
     return 0
 
 
-NEXT_EDIT_OPTIONS = ("next_edit_format", "next_edit_lines_above", "next_edit_lines_below", "next_edit_max_lines")
+NEXT_EDIT_OPTIONS = ("next_edit_format", "next_edit_rename", "next_edit_lines_above", "next_edit_lines_below", "next_edit_max_lines")
 
 
 def cmd_next_edit(a: argparse.Namespace) -> int:
@@ -150,7 +150,8 @@ def cmd_next_edit(a: argparse.Namespace) -> int:
                          | {"engine_api_key": r.engine_key()[0]})
     ne = predict(engine, text, a.line, a.col, history, path=Path(a.path).as_posix(), fmt=v["next_edit_format"],
                  speculative=not a.no_speculative, doc_key=str(Path(a.path).resolve()),
-                 above=v["next_edit_lines_above"], below=v["next_edit_lines_below"], max_lines=v["next_edit_max_lines"])
+                 above=v["next_edit_lines_above"], below=v["next_edit_lines_below"], max_lines=v["next_edit_max_lines"],
+                 rename=v["next_edit_rename"])
     engine.close()
     if a.json:
         print(json.dumps(ne.to_json()))

@@ -520,7 +520,7 @@ class Service:
                                language=snap.language, fmt=opts.next_edit_format, doc_key=_edit_key(uri),
                                cancel=req.cancel, above=opts.next_edit_lines_above, below=opts.next_edit_lines_below,
                                max_lines=opts.next_edit_max_lines, tree=snap.tree,
-                               chunks=self._edit_chunks(engine, uri, snap, line))
+                               chunks=self._edit_chunks(engine, uri, snap, line), rename=opts.next_edit_rename)
 
             got = await asyncio.get_running_loop().run_in_executor(self.worker, run)
         except asyncio.CancelledError:  # $/cancelRequest
@@ -546,7 +546,9 @@ class Service:
         self.next_edit_ids[sid] = True
         while len(self.next_edit_ids) > 256:
             self.next_edit_ids.popitem(last=False)
-        return {"id": sid, "version": version, "edits": lsp_edits(now, got.edits)}
+        if got.source != "model":
+            self.counters[f"next_edit_by_{got.source}"] += 1
+        return {"id": sid, "version": version, "edits": lsp_edits(now, got.edits), "source": got.source}
 
     def _edit_chunks(self, engine: EngineClient, uri: str, snap, line: int) -> list[Chunk]:
         """Other files' snippets for a next-edit format that shows them (Sweep's; `auto` may

@@ -204,9 +204,19 @@ def test_predict_edits_give_the_predicted_file():
     (lambda r: r[:20], {"stop_reason": "cancelled"}, "cancelled"),
 ])
 def test_predict_drop_rules(answer, kw, reason):
-    ne = predict(Scripted(answer, **kw), CURRENT, 9, 21, HISTORY, path="store.py")
+    ne = predict(Scripted(answer, **kw), CURRENT, 9, 21, HISTORY, path="store.py", rename=False)
     assert (ne.dropped, ne.edits) == (reason, [])
     assert ne.to_json()["reason"] == reason
+    # the rename (name -> key in add's parameters) stands in for an answer that gave nothing
+    # usable; never for one the user should not see (undo) or one cut short
+    ne = predict(Scripted(answer, **kw), CURRENT, 9, 21, HISTORY, path="store.py")
+    if reason in ("no_change", "syntax", "malformed", "too_long"):
+        assert (ne.dropped, ne.source, ne.model_dropped) == (None, "rename", reason)
+        assert apply_edits(CURRENT, ne.edits) == CURRENT.replace("                            name)",
+                                                                 "                            key)")
+        assert ne.to_json()["source"] == "rename" and ne.to_json()["model_reason"] == reason
+    else:
+        assert (ne.dropped, ne.edits, ne.source) == (reason, [], "model")
 
 
 def test_a_crlf_file_is_shown_with_lf_and_keeps_its_line_ends():
@@ -335,7 +345,9 @@ def test_auto_does_not_ask_a_pair_never_taught_next_edits(engine):
         engine.edits_trained = False
         got = engine.rewrite(req)
         assert (got.text, got.new_tokens, got.stop_reason, got.extra["untrained"]) == ("", 0, "untrained", True)
-        assert predict(engine, CURRENT, 9, 4, HISTORY, path="store.py").dropped == "untrained"
+        assert predict(engine, CURRENT, 9, 4, HISTORY, path="store.py", rename=False).dropped == "untrained"
+        ne = predict(engine, CURRENT, 9, 4, HISTORY, path="store.py")  # the rename needs no model
+        assert (ne.source, ne.model_dropped, ne.new_tokens) == ("rename", "untrained", 0)
         engine.edits_trained = True
         assert engine.rewrite(req, max_new=4).new_tokens > 0
     finally:
@@ -357,7 +369,11 @@ def test_cli_json_contract(tmp_path):
     marked = json.loads((DEFAULT_TARGET / "config.json").read_text()).get("completer_next_edit", False)
     r = _run(str(new), "--line", "9", "--col", "21", "--before", str(old), "--json")
     assert r.returncode == 0, r.stderr  # "auto" asks the shipped pair only if it was taught next edits
-    assert (json.loads(r.stdout).get("reason") == "untrained") == (not marked), r.stdout
+    out = json.loads(r.stdout)  # unasked, the model gives nothing; the rename name -> key stands in
+    assert (out.get("model_reason") == "untrained") == (not marked), r.stdout
+    if not marked:
+        assert out["source"] == "rename" and out["new_tokens"] == 0
+        assert out["edits"] == [{"start_line": 11, "start_col": 28, "end_line": 11, "end_col": 32, "text": "key"}]
     r = _run(str(new), "--line", "9", "--col", "21", "--before", str(old), "--json", "--next-edit-format", "completer")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
@@ -384,3 +400,115 @@ def test_cli_bad_input_exits_2(tmp_path, case):
     r = _run(str(new), "--line", line, "--col", "0", "--before", str(old), "--json")
     assert r.returncode == 2 and r.stdout == ""
     assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("completer: error: ")
+
+
+# -- rename propagation from the syntax tree (completer/edits/rename.py) --------------------------
+@pytest.mark.parametrize("old, new, want", [
+    ("    n = len(xs)\n", "    count = len(xs)\n", ("n", "count")),
+    ("f(a)\n", "f(b)\n", ("a", "b")),
+    ("self.item_count\n", "self.items_count\n", ("item_count", "items_count")),  # a change inside a name
+    ("x = 1\n", "x = 2\n", None),  # a literal, not a name
+    ("f(a, b)\n", "f(c, d)\n", None),  # two names
+    ("f(a)\n", "f(a.b)\n", None),  # not a whole name on the new side
+    ("same\n", "same\n", None),
+])
+def test_which_edits_are_renames(old, new, want):
+    from completer.edits.rename import renamed
+
+    assert renamed(old, new) == want
+
+
+PY = '''\
+class Box:
+    def __init__(self, size):
+        self.size = size
+
+    def grow(self, n, step=1):
+        total = self.size + n  # n more
+        for _ in range(n):
+            total += step
+        print("n", n, f(n=n), self.n)
+        return total
+
+
+def other(n):
+    return n
+'''
+
+
+def _carry(text, old_line, new_line, at, path="a.py", language="python", region=None, history=()):
+    from completer.edits.rename import propagate
+
+    cur = text.replace(old_line, new_line, 1)
+    a, b = region or (0, len(cur))
+    got = propagate(cur, a, b, cur.index(new_line) + len(new_line) - at, [*history, HistoryItem(path, old_line, new_line)],
+                    path, language)
+    return cur, got
+
+
+def test_a_parameter_rename_reaches_its_uses_in_its_function_only():
+    cur, (region, r) = _carry(PY, "    def grow(self, n, step=1):\n", "    def grow(self, count, step=1):\n", 17)
+    assert (r.old, r.new, r.role, r.sites) == ("n", "count", "name", 4)
+    # the comment, the string, the keyword argument's name, the attribute and other()'s n stay
+    assert region == cur.replace("self.size + n  #", "self.size + count  #").replace("range(n)", "range(count)") \
+        .replace('print("n", n, f(n=n), self.n)', 'print("n", count, f(n=count), self.n)')
+
+
+def test_an_attribute_rename_reaches_the_class_and_not_the_local():
+    cur, (region, r) = _carry(PY, "        self.size = size\n", "        self.capacity = size\n", 7)
+    assert (r.old, r.new, r.role, r.sites) == ("size", "capacity", "member", 1)
+    assert region == cur.replace("total = self.size + n", "total = self.capacity + n")
+
+
+def test_a_rename_stays_in_the_region_and_skips_a_name_that_existed():
+    cur = PY.replace("    def grow(self, n, step=1):\n", "    def grow(self, count, step=1):\n")
+    lo = cur.index("        for _")
+    _, got = _carry(PY, "    def grow(self, n, step=1):\n", "    def grow(self, count, step=1):\n", 17,
+                    region=(lo, len(cur)))
+    assert got[0] == cur[lo:].replace("range(n)", "range(count)").replace('"n", n, f(n=n)', '"n", count, f(n=count)') \
+        and got[1].sites == 3
+    # `step` was a name before the edit: n -> step points this place at another name, no rename
+    assert _carry(PY, "        total = self.size + n  # n more\n", "        total = self.size + step  # n more\n",
+                  12)[1] is None
+    # a file of another language with no names.scm, or plain text: nothing
+    assert _carry("a b a\n", "a b a\n", "c b a\n", 4, path="t.txt", language=None)[1] is None
+
+
+def test_a_rename_typed_in_two_bursts_is_one_rename():
+    first = HistoryItem("a.py", "    def grow(self, n, step=1):\n", "    def grow(self, co, step=1):\n")
+    _, (_, r) = _carry(PY.replace("grow(self, n,", "grow(self, co,"), "    def grow(self, co, step=1):\n", "    def grow(self, count, step=1):\n", 17,
+                            history=[first])
+    assert (r.old, r.new, r.sites) == ("n", "count", 4)
+
+
+@pytest.mark.parametrize("language, path, text, old, new, want", [
+    ("javascript", "a.js", ("class A {\n  constructor() { this.cnt = 0; }\n  inc() { this.cnt += 1; return this.cnt; }\n}\n"
+                            "const cnt = 3;\n"), "  constructor() { this.cnt = 0; }\n", "  constructor() { this.count = 0; }\n", 2),
+    ("typescript", "a.ts", "function f(v: number): number {\n  const w = v * 2;\n  return v + w + `v`.length;\n}\n",
+     "function f(v: number): number {\n", "function f(value: number): number {\n", 2),
+    ("go", "a.go", "package a\n\nfunc f(v int) int {\n\tw := v * 2\n\treturn v + w\n}\n", "func f(v int) int {\n",
+     "func f(val int) int {\n", 2),
+    ("rust", "a.rs", "fn f(v: i32) -> i32 {\n    let w = v * 2; // v\n    v + w\n}\n", "fn f(v: i32) -> i32 {\n",
+     "fn f(value: i32) -> i32 {\n", 2),
+])
+def test_renames_in_other_languages(language, path, text, old, new, want):
+    from completer.edits.rename import propagate
+
+    cur = text.replace(old, new)
+    i = cur.index(new)
+    region, r = propagate(cur, 0, len(cur), i + len(new) - 1, [HistoryItem(path, old, new)], path, language)
+    assert r.sites == want and region.count(r.new) == want + 1
+    assert region.replace(r.new, r.old) == text.replace(new, old) or language == "javascript"
+    if language == "javascript":  # the module-level `cnt` is a variable, not the member
+        assert region.endswith("const cnt = 3;\n")
+
+
+def test_predict_offers_the_rename_with_crlf_and_utf16_positions():
+    src = 'def f(name):\r\n    s = "😀" + name\r\n    return name\r\n'
+    cur = src.replace("def f(name)", "def f(key)")
+    ne = predict(Scripted(lambda r: r), cur, 0, 9, from_versions(src, cur, "e.py"), path="e.py")
+    assert (ne.source, ne.model_dropped) == ("rename", "no_change")
+    assert apply_edits(cur, ne.edits) == cur.replace("+ name", "+ key").replace("return name", "return key")
+    doc = Document("file:///e.py", cur, "python", 1)
+    assert [e["range"]["start"] for e in lsp_edits(doc, ne.edits)] == [{"line": 1, "character": 15},
+                                                                      {"line": 2, "character": 11}]

@@ -41,11 +41,19 @@ async def test_next_edit_frame(server):
         assert isinstance(apply_edits(TEXT, [TextEdit(**e) for e in r["edits"]]), str)
         r = await ask(ws, {**frame, "id": "b", "before": TEXT})
         assert (r["type"], r["id"], r["edits"], r["reason"]) == ("next_edit", "b", [], "no_history")
+        # "auto" does not ask the shipped pair; the rename name -> key is carried from the syntax tree
+        auto = {k: v for k, v in frame.items() if k != "format"}
+        r = await ask(ws, {**auto, "id": "c"})
+        assert (r["stats"]["source"], r["stats"]["model_reason"], r["stats"]["new_tokens"]) == ("rename", "untrained", 0)
+        assert apply_edits(TEXT, [TextEdit(**e) for e in r["edits"]]) == TEXT.replace("name", "key")
+        r = await ask(ws, {**auto, "id": "d", "rename": False})
+        assert (r["edits"], r["reason"]) == ([], "untrained")
 
 
 @pytest.mark.parametrize("bad, code", [
     ({"line": 99}, "bad_request"), ({"col": -1}, "bad_request"), ({"before": "no\ncommon\nlines\n"}, "bad_request"),
     ({"line": "0"}, "bad_request"), ({"text": None}, "bad_request"), ({"id": None}, "bad_request"),
+    ({"rename": "yes"}, "bad_request"),
 ])
 async def test_bad_next_edit_frames_get_error_frames(server, bad, code):
     async with connect_ws(server) as ws:

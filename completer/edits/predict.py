@@ -27,8 +27,10 @@ from .diff import TextEdit, region_edits
 from .formats import EditPrompt, HistoryItem
 from .history import Event
 from .region import RegionError, editable_region
+from .rename import propagate
 
 CONTEXT_CHARS = 1500  # text before and after the region a format may show (Zeta's excerpt)
+RENAME_AFTER = ("untrained", "malformed", "too_long", "no_change", "syntax")  # answers a rename may stand in for
 SYNTAX_REACH = 64 * 1024  # the syntax check parses this far around the region (a 1 MB file costs what 128 KB does)
 
 
@@ -50,14 +52,19 @@ class NextEdit:
     dropped: str | None = None
     text: str = ""          # the region as the model rewrote it
     format: str | None = None
+    source: str = "model"   # or "rename": the syntax tree's rename propagation (rename.py)
+    model_dropped: str | None = None  # with source "rename": why the model's own answer was dropped
 
     def to_json(self) -> dict:
         out = {"edits": [e.to_json() for e in self.edits], "new_tokens": self.new_tokens,
                "target_forwards": self.target_forwards, "accepted_per_forward": round(self.accepted_per_forward, 4),
                "total_ms": round(self.total_ms, 3), "speculative": self.speculative,
-               "region": {"start_line": self.region[0], "end_line": self.region[1]}, "format": self.format}
+               "region": {"start_line": self.region[0], "end_line": self.region[1]}, "format": self.format,
+               "source": self.source}
         if self.dropped is not None:
             out["reason"] = self.dropped
+        if self.model_dropped is not None:
+            out["model_reason"] = self.model_dropped
         return out
 
 
@@ -95,11 +102,14 @@ def from_versions(old: str, new: str, path: str) -> list[HistoryItem]:
 def predict(engine: EngineClient, text: str, line: int, col: int, history: Sequence[HistoryItem], *,
             path: str, language: str | None = None, fmt: str = "auto", speculative: bool = True,
             doc_key: str = "_default", cancel: threading.Event | None = None, above: int = 3,
-            below: int = 20, max_lines: int = 40, tree=None, chunks: Sequence[Chunk] = ()) -> NextEdit:
+            below: int = 20, max_lines: int = 40, tree=None, chunks: Sequence[Chunk] = (),
+            rename: bool = True) -> NextEdit:
     """The next edit at (line, col) (0-based, col in characters) of `text`, the file at `path`,
     after the edits `history` (oldest first). `language` (an LSP languageId or grammar name;
     default: from the path) enables the syntax rules; `tree` is the text's parse when the caller
-    has one; `chunks` are other files' snippets for a format that shows them (Sweep's).
+    has one; `chunks` are other files' snippets for a format that shows them (Sweep's). `rename`:
+    where the model's answer is dropped as untrained, malformed, too_long, no_change or syntax, a rename in
+    the last edit is carried to the region's other places from the syntax tree (rename.py).
     PositionError for a position outside the text; EngineError from the engine."""
     offset = offset_at(text, line, col, exact=True)
     if is_binary(text):
@@ -136,6 +146,10 @@ def predict(engine: EngineClient, text: str, line: int, col: int, history: Seque
         new = lf(new).replace("\n", "\r\n")
     if got.dropped is None and lang is not None and _adds_errors(text, a, b, new, lang):
         got.dropped = "syntax"
+    if got.dropped in RENAME_AFTER and rename:
+        carried = propagate(text, a, b, offset, history, path, lang, tree)
+        if carried is not None and not _adds_errors(text, a, b, carried[0], lang):
+            got.model_dropped, got.dropped, got.source, got.text, new = got.dropped, None, "rename", carried[0], carried[0]
     if got.dropped is None:
         got.edits = region_edits(region, new, lo)
     return got

@@ -33,7 +33,7 @@ FRAMES: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "forget": {"doc": ((str,), True)},
     "next_edit": {"id": (ID, True), "text": ((str,), True), "line": ((int,), True), "col": ((int,), True),
                   "before": ((str,), True), "path": ((str,), False), "language": ((str,), False),
-                  "format": ((str,), False)},
+                  "format": ((str,), False), "rename": ((bool,), False)},
     "rewrite": {"id": (ID, True), "doc": ((str,), True), "history": ((list,), True), "path": ((str,), True),
                 "region": ((str,), True), "cursor": ((int,), False), "before": ((str,), False),
                 "after": ((str,), False), "format": ((str,), False), "speculative": ((bool,), False),
