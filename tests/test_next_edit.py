@@ -512,3 +512,15 @@ def test_predict_offers_the_rename_with_crlf_and_utf16_positions():
     doc = Document("file:///e.py", cur, "python", 1)
     assert [e["range"]["start"] for e in lsp_edits(doc, ne.edits)] == [{"line": 1, "character": 15},
                                                                       {"line": 2, "character": 11}]
+
+
+def test_a_member_follows_its_receiver_and_a_method_its_calls():
+    src = ('class C:\n    def f(self, req, other):\n        self.name = req.name\n        print(self.name, other.name)\n'
+           '        self.load(req)\n        other.load(self.name)\n        return self.load\n')
+    # data: only `self.name` (req.name and other.name are other objects' attributes)
+    cur, (region, r) = _carry(src, "        self.name = req.name\n", "        self.title = req.name\n", 12)
+    assert r.sites == 2 and region == cur.replace("print(self.name,", "print(self.title,") \
+        .replace("other.load(self.name)", "other.load(self.title)")
+    # a method renamed at a call: its other calls whatever the receiver, and `self.load` itself
+    cur, (region, r) = _carry(src, "        self.load(req)\n", "        self.fetch(req)\n", 6)
+    assert r.sites == 2 and region == cur.replace("other.load(", "other.fetch(").replace("return self.load", "return self.fetch")

@@ -19,6 +19,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tree_sitter import Node
+
 from ..documents import Snapshot, snapshot_around
 from ..syntax.lang import captures
 from .formats import HistoryItem
@@ -81,27 +83,30 @@ def propagate(text: str, a: int, b: int, cursor: int, history: Sequence[HistoryI
     caps = captures(snap, "names", min(lo, byte_cursor), max(hi, byte_cursor + 1))  # scopes: those that overlap
     if not caps:
         return None
-    role_of: dict[tuple[int, int], str] = {}
-    for role in reversed(ROLES):  # later writes win: label over member over name
-        for n in caps.get(role, ()):
-            role_of[(n.start_byte, n.end_byte)] = role
+    role_of = _roles(caps)
     src = snap.source
-    named = [(k, r) for k, r in role_of.items() if src[k[0]:k[1]].decode("utf-8", "replace") in (x, y)]
+    named = [(k, r) for k, (r, _) in role_of.items() if src[k[0]:k[1]].decode("utf-8", "replace") in (x, y)]
     ys = [k for k, r in named if src[k[0]:k[1]] == y.encode() and r != "label"]
     if not ys:
         return None
     site = min(ys, key=lambda k: (abs(k[1] - byte_cursor), k[0]))  # the renamed place: the Y nearest the cursor
-    role = role_of[site]
+    role, node = role_of[site]
+    receiver, called = _receiver(node, src), _called(node)
     scope = _scope(caps.get("scope.function" if role == "name" else "scope.class", ()), site)
     inside = (lambda k: scope[0] <= k[0] and k[1] <= scope[1]) if scope else (lambda k: True)
     word = re.compile(rf"(?<!\w){re.escape(y)}(?!\w)")
     introduced = sum(len(word.findall(h.new)) - len(word.findall(h.old)) for h in history if h.path == path)
-    # Y anywhere in the scope (strings and comments too: a refusal too many, never a rename too many)
-    seen = len(word.findall(src[scope[0]:scope[1]].decode("utf-8", "replace") if scope else snap.text))
+    # Y in the scope with the renamed place's role (a class named Lines does not stop a member
+    # renamed to `Lines`)
+    where = scope or (0, len(src))
+    roles = _roles(captures(snap, "names", *where)) if (lo, hi) != where else role_of
+    seen = sum(1 for k, (r, _) in roles.items() if r == role and where[0] <= k[0] and k[1] <= where[1]
+               and src[k[0]:k[1]] == y.encode())
     if seen > max(introduced, 1):
         return None  # Y was there before: not a new name
     sites = sorted(k for k, r in named if r == role and inside(k) and src[k[0]:k[1]] == x.encode()
-                   and lo <= k[0] and k[1] <= hi)
+                   and lo <= k[0] and k[1] <= hi and (role != "member" or _receiver(role_of[k][1], src) == receiver
+                                                      or called and _called(role_of[k][1])))
     if not sites:
         return None
     out, last = [], lo
@@ -111,6 +116,35 @@ def propagate(text: str, a: int, b: int, cursor: int, history: Sequence[HistoryI
     out.append(src[last:hi])
     head = text[a:start] if a < start else ""  # a region starting before the parsed window (a huge file)
     return head + b"".join(out).decode("utf-8") + text[start + len(snap.text):b], Rename(x, y, role, len(sites))
+
+
+def _roles(caps: dict) -> dict[tuple[int, int], tuple[str, Node]]:
+    """Each captured name's byte range: its role (a node captured twice: the first of ROLES) and node."""
+    out: dict[tuple[int, int], tuple[str, Node]] = {}
+    for role in reversed(ROLES):  # later writes win: label over member over name
+        for n in caps.get(role, ()):
+            out[(n.start_byte, n.end_byte)] = role, n
+    return out
+
+
+def _receiver(node: Node, src: bytes) -> bytes | None:
+    """The text before the dot of a member (`self` in `self.x`, `a.b` in `a.b.x`): a member is
+    renamed only where its receiver is written the same (`self.name` renamed leaves
+    `request.name`, another object's, alone) or, a method renamed at a call, at the other calls
+    of a method of that name; None for a member with none (a declaration)."""
+    parent = node.parent
+    first = parent.named_children[0] if parent is not None and parent.named_children else None
+    if first is None or first.start_byte >= node.start_byte:
+        return None
+    return src[first.start_byte:first.end_byte]
+
+
+def _called(node: Node) -> bool:
+    """Whether the member is called: `x.m(...)`, the member expression the call's function."""
+    parent = node.parent
+    call = parent.parent if parent is not None else None
+    return call is not None and call.type in ("call", "call_expression") and call.named_children \
+        and call.named_children[0] == parent
 
 
 def _scope(nodes, site: tuple[int, int]) -> tuple[int, int] | None:
