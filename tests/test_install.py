@@ -53,23 +53,38 @@ def index_serves(name: str, version: str) -> bool:
     return r.returncode == 0 and version in [v.strip() for v in listed.split(",")]
 
 
-@pytest.mark.parametrize("name", sorted(PLATFORMS))
-def test_dependencies_resolve_to_wheels(name, tmp_path):
+@pytest.fixture(scope="module")
+def resolutions(tmp_path_factory):
+    """Both platforms' resolutions started at once (each waits on the index ~30 s): name ->
+    (the pip process, its report's path)."""
     pin = names(project()["dependencies"])["torch"].split("==")[1]
     if not index_serves("torch", pin):
         pytest.skip(f"the configured package index does not answer with torch {pin} (pip index versions torch)")
-    platform, env = PLATFORMS[name]
-    env = {**env, "python_version": "3.11", "python_full_version": "3.11.9",
-           "implementation_name": "cpython", "platform_python_implementation": "CPython"}
     proj = project()
     deps = proj["dependencies"] + proj["optional-dependencies"]["quant"]  # `pip install completer[quant]`
-    report = tmp_path / "report.json"
-    r = subprocess.run(
-        [sys.executable, "-c", RESOLVE, json.dumps(env), "install", "--dry-run", "--quiet", "--ignore-installed",
-         "--report", str(report), "--target", str(tmp_path / "t"), "--platform", platform,
-         "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp", *deps],
-        capture_output=True, text=True, timeout=600, check=False)
-    assert r.returncode == 0, r.stderr[-3000:]
+    out = {}
+    for name, (platform, env) in PLATFORMS.items():
+        env = {**env, "python_version": "3.11", "python_full_version": "3.11.9",
+               "implementation_name": "cpython", "platform_python_implementation": "CPython"}
+        d = tmp_path_factory.mktemp(name)
+        out[name] = subprocess.Popen(
+            [sys.executable, "-c", RESOLVE, json.dumps(env), "install", "--dry-run", "--quiet", "--ignore-installed",
+             "--report", str(d / "report.json"), "--target", str(d / "t"), "--platform", platform,
+             "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp", *deps],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True), d / "report.json"
+    yield out
+    for p, _ in out.values():
+        p.kill()
+        p.wait()
+
+
+@pytest.mark.parametrize("name", sorted(PLATFORMS))
+def test_dependencies_resolve_to_wheels(name, resolutions):
+    pin = names(project()["dependencies"])["torch"].split("==")[1]
+    platform = PLATFORMS[name][0]
+    proc, report = resolutions[name]
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
     got = {i["metadata"]["name"].lower(): i for i in json.loads(report.read_text())["install"]}
     assert got["torch"]["metadata"]["version"] == pin
     wheels = [i["download_info"]["url"].rsplit("/", 1)[-1] for i in got.values()]

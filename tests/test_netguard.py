@@ -51,6 +51,8 @@ def raw_get(port: int, path: str, headers: dict[str, bytes]) -> tuple[int, bytes
         data = b""
         while chunk := s.recv(65536):
             data += chunk
+            if data.startswith(b"HTTP/1.1 101 ") and b"\r\n\r\n" in data:
+                break  # switched to WebSocket: the connection stays open, nothing more to read
     status = int(data.split(b" ", 2)[1])
     return status, data.split(b"\r\n\r\n", 1)[1]
 
