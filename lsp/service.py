@@ -101,6 +101,9 @@ class Service:
         # reconfigure, stats); warmups run on another, where the scheduler pauses them for a
         # completion between chunks (on the same thread a completion would wait for all of one).
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="completer-engine")
+        # next edits the models will not be asked for (Engine.edits_untrained): the syntax tree's
+        # rename alone, never queued behind a warmup or a completion on the worker
+        self.side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="completer-edits")
         self.warmer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="completer-warmup")
         self.loads_in_flight = 0
         self.loaded: asyncio.Future | None = None  # resolved when the loads in flight have ended
@@ -513,6 +516,9 @@ class Service:
             if engine is None:
                 return self._no_edit(version, "no_engine")
 
+            untrained = getattr(engine, "edits_untrained", None)  # remote engines: always asked
+            side = untrained is not None and untrained(opts.next_edit_format)
+
             def run():
                 if req.cancel.is_set():
                     return None
@@ -520,9 +526,10 @@ class Service:
                                language=snap.language, fmt=opts.next_edit_format, doc_key=_edit_key(uri),
                                cancel=req.cancel, above=opts.next_edit_lines_above, below=opts.next_edit_lines_below,
                                max_lines=opts.next_edit_max_lines, tree=snap.tree,
-                               chunks=self._edit_chunks(engine, uri, snap, line), rename=opts.next_edit_rename)
+                               chunks=() if side else self._edit_chunks(engine, uri, snap, line),
+                               rename=opts.next_edit_rename)
 
-            got = await asyncio.get_running_loop().run_in_executor(self.worker, run)
+            got = await asyncio.get_running_loop().run_in_executor(self.side if side else self.worker, run)
         except asyncio.CancelledError:  # $/cancelRequest
             req.stop()
             raise
@@ -626,5 +633,6 @@ class Service:
         for req in self.pending.values():
             req.stop()
         self.worker.shutdown(wait=False, cancel_futures=True)
+        self.side.shutdown(wait=False, cancel_futures=True)
         self.warmer.shutdown(wait=False, cancel_futures=True)
         self.close_index()

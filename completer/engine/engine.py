@@ -342,6 +342,12 @@ class Engine:
             prompt += [i] if p.special else encode_text(self.tok, p.text)
         return prompt
 
+    def edits_untrained(self, fmt: str = "auto") -> bool:
+        """Whether rewrite(fmt=fmt) answers "untrained" at once, touching no model: `auto` on a
+        pair of our format never taught next edits. Thread-safe (the language server then runs
+        a next edit beside the engine's worker: only the syntax tree's rename can answer it)."""
+        return fmt == "auto" and not self.edits_trained and self.edit_format(fmt).name == "completer"
+
     def rewrite(self, request: EditPrompt, *, fmt: str = "auto", doc_key: str = "_default",
                 max_new: int | None = None, speculative: bool = True,
                 cancel: threading.Event | None = None) -> Completion:
@@ -354,7 +360,7 @@ class Engine:
         that was not taught next edits answers nothing (extra["untrained"], stop_reason "untrained")."""
         t0 = time.perf_counter()
         f = self.edit_format(fmt)
-        if fmt == "auto" and f.name == "completer" and not self.edits_trained:
+        if self.edits_untrained(fmt):
             st = GenStats(stop_reason="untrained", total_ms=(time.perf_counter() - t0) * 1e3)
             return to_completion("", [], st, speculative, edit_format=f.name, untrained=True)
         prompt = self.edit_prompt(request, f)
