@@ -246,7 +246,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_DIR)
     ap.add_argument("--run-dir", type=Path, default=Path("runs/edits"))
     ap.add_argument("--ctx", type=int, default=1024)
-    ap.add_argument("--induction-steps", type=int, default=900, help="the first stage (InductionStream)")
+    ap.add_argument("--induction-steps", type=int, default=2000,
+                    help="the first stage (InductionStream): at most this many steps")
+    ap.add_argument("--induction-until", type=float, default=0.9,
+                    help="the first stage ends once its held-out strings are copied at this token accuracy "
+                         "(checked every --induction-eval-every steps; 0: all --induction-steps)")
+    ap.add_argument("--induction-eval-every", type=int, default=50)
     ap.add_argument("--induction-lr", type=float, default=3e-3)
     ap.add_argument("--induction-batch", type=int, default=48)
     ap.add_argument("--target-steps", type=int, default=600, help="edit tasks and ordinary samples")
@@ -313,9 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     target = _load(a.src / "target", a.ctx)
     if a.induction_steps:
         ind = InductionStream(ranked[:2048], tok, a.seed + 3)
-        ires = run_stage("induction-target", target, ind, held,
-                         replace(tcfg, steps=a.induction_steps, batch_size=a.induction_batch, lr=a.induction_lr),
-                         a.run_dir, log)
+        ires = run_stage("induction-target", target, ind, InductionStream(ranked[:2048], tok, a.seed + 13),
+                         replace(tcfg, steps=a.induction_steps, batch_size=a.induction_batch, lr=a.induction_lr,
+                                 eval_every=a.induction_eval_every, eval_batches=2),
+                         a.run_dir, log, stop_acc=a.induction_until or None)
         log(f"induction stage done: {json.dumps(ires)}")
     if a.realign_steps:
         rres = run_stage("realign-target", target, realign, held,

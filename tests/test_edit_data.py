@@ -269,3 +269,29 @@ def test_substitute_rows_rename_an_arbitrary_span_everywhere(embedded_tokenizer)
                         subst=stream, subst_rate=1.0)
     x, y = mixed.batch(0, 2)
     assert x.shape[0] == 4 and (x[:, 0] == pre).all() and (x[:, 1] == minus).all()
+
+
+def test_a_stage_ends_on_its_measured_accuracy_and_stays_ended(embedded_tokenizer, tmp_path):
+    """train.run_stage's `stop_acc` (the fine-tune's induction stage runs until its copies jump):
+    the stage ends at the first evaluation that reaches it, checkpointed as ended, and a rerun
+    resumes there without training on. Without it the stage runs all its steps."""
+    import json
+
+    from draft_models.finetune_edits import InductionStream
+    from draft_models.train import ModelShape, TrainConfig, new_model, run_stage
+
+    tok = embedded_tokenizer
+    stream = InductionStream(list(range(100, 140)), tok, seed=1)
+    cfg = TrainConfig(steps=12, batch_size=2, lr=1e-3, warmup=1, ckpt_every=100, log_every=100, eval_every=4,
+                      eval_batches=1, bf16=False)
+    lines = []
+    model = new_model(ModelShape(32, 1, 2, 64), tok.get_vocab_size(), 160, tok, seed=0)
+    got = run_stage("s", model, stream, stream, cfg, tmp_path, lines.append, stop_acc=0.0)
+    assert got["steps"] == 4 and any("the stage ends at step 4" in ln for ln in lines)
+    before = json.dumps({k: v.tolist() for k, v in list(model.state_dict().items())[:2]})
+    again = run_stage("s", model, stream, stream, cfg, tmp_path, lines.append, stop_acc=0.0)
+    assert again["steps"] == 4 and any("ended early" in ln for ln in lines)
+    assert json.dumps({k: v.tolist() for k, v in list(model.state_dict().items())[:2]}) == before
+    full = run_stage("t", new_model(ModelShape(32, 1, 2, 64), tok.get_vocab_size(), 160, tok, seed=0), stream, stream,
+                     cfg, tmp_path, lines.append)
+    assert full["steps"] == 12
