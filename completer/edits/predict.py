@@ -144,11 +144,12 @@ def predict(engine: EngineClient, text: str, line: int, col: int, history: Seque
                    _dropped(c.stop_reason, bool(c.extra.get("malformed")), req.region, new, items[-1], path))
     if crlf:
         new = lf(new).replace("\n", "\r\n")
-    if got.dropped is None and lang is not None and _adds_errors(text, a, b, new, lang):
+    adds_errors = _ErrorCheck(text, a, b, lang)
+    if got.dropped is None and adds_errors(new):
         got.dropped = "syntax"
     if got.dropped in RENAME_AFTER and rename:
         carried = propagate(text, a, b, offset, history, path, lang, tree)
-        if carried is not None and not _adds_errors(text, a, b, carried[0], lang):
+        if carried is not None and not adds_errors(carried[0]):
             got.model_dropped, got.dropped, got.source, got.text, new = got.dropped, None, "rename", carried[0], carried[0]
     if got.dropped is None:
         got.edits = region_edits(region, new, lo)
@@ -179,14 +180,26 @@ def _undoes(region: str, new: str, last: HistoryItem) -> bool:
     return fewer and more
 
 
-def _adds_errors(text: str, a: int, b: int, new: str, language: str) -> bool:
+class _ErrorCheck:
     """Whether the text with text[a:b] replaced by `new` parses with more errors than `text`
-    (both parsed within SYNTAX_REACH of the region)."""
-    before, _ = snapshot_around(text, language, a, SYNTAX_REACH)
-    after, _ = snapshot_around(text[:a] + new + text[b:], language, a, SYNTAX_REACH)
-    if before.tree is None or after.tree is None:
-        return False
-    return error_count(after.tree) > error_count(before.tree)
+    (both parsed within SYNTAX_REACH of the region; the text's own count once, however many
+    answers are checked). Never with no grammar for the language."""
+
+    def __init__(self, text: str, a: int, b: int, language: str | None):
+        self.text, self.a, self.b, self.language = text, a, b, language
+        self.before: int | None = None
+
+    def __call__(self, new: str) -> bool:
+        if self.language is None:
+            return False
+        t, a, b = self.text, self.a, self.b
+        after, _ = snapshot_around(t[:a] + new + t[b:], self.language, a, SYNTAX_REACH)
+        if after.tree is None:
+            return False
+        if self.before is None:
+            before, _ = snapshot_around(t, self.language, a, SYNTAX_REACH)
+            self.before = -1 if before.tree is None else error_count(before.tree)
+        return self.before >= 0 and error_count(after.tree) > self.before
 
 
 def _tail_lines(s: str) -> str:
