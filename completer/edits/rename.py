@@ -6,9 +6,10 @@ edits; a model that answers "no change" or something that does not parse). predi
 
 Which places: the names the language's `names.scm` query captures with the role of the renamed
 one (`@name` a variable, parameter, function or type; `@member` a name after a dot; `@label`, a
-keyword argument's name, binds nothing and is never renamed), inside the innermost
+keyword argument's name, binds nothing and is not renamed itself), inside the innermost
 `@scope.function` (for a name) or `@scope.class` (for a member) around the renamed place, and
-inside the editable region. Strings and comments are not names, so they stay.
+inside the editable region; a parameter renamed also renames the keyword arguments that name it
+at its function's calls in the region (`def f(n)` → `def f(count)`: `f(n=1)` → `f(count=1)`). Strings and comments are not names, so they stay.
 
 Not a rename (nothing proposed): an edit that changed more than one name, or text that is not
 a whole name on either side; a Y that the file already used before the edit (the user pointed
@@ -107,6 +108,11 @@ def propagate(text: str, a: int, b: int, cursor: int, history: Sequence[HistoryI
     sites = sorted(k for k, r in named if r == role and inside(k) and src[k[0]:k[1]] == x.encode()
                    and lo <= k[0] and k[1] <= hi and (role != "member" or _receiver(role_of[k][1], src) == receiver
                                                       or called and _called(role_of[k][1])))
+    if role == "name":  # a parameter renamed: the keyword arguments that name it at its function's calls
+        fn = _function_of_parameter(caps.get("scope.function", ()), site, src)
+        sites += [k for k, (r, n) in role_of.items() if r == "label" and fn and src[k[0]:k[1]] == x.encode()
+                  and lo <= k[0] and k[1] <= hi and _callee(n, src) == fn]
+        sites.sort()
     if not sites:
         return None
     out, last = [], lo
@@ -145,6 +151,28 @@ def _called(node: Node) -> bool:
     call = parent.parent if parent is not None else None
     return call is not None and call.type in ("call", "call_expression") and call.named_children \
         and call.named_children[0] == parent
+
+
+def _function_of_parameter(nodes, site: tuple[int, int], src: bytes) -> bytes | None:
+    """The name of the function whose parameter list holds `site`, else None."""
+    for n in nodes:
+        params, name = n.child_by_field_name("parameters"), n.child_by_field_name("name")
+        if params is not None and name is not None and params.start_byte <= site[0] and site[1] <= params.end_byte:
+            return src[name.start_byte:name.end_byte]
+    return None
+
+
+def _callee(label: Node, src: bytes) -> bytes | None:
+    """The called name (`f` in `f(x=1)` and `a.f(x=1)`) of the call a keyword argument's name is in."""
+    call = label
+    for _ in range(3):  # name -> keyword argument -> argument list -> call
+        call = call.parent
+        if call is None:
+            return None
+    fn = call.child_by_field_name("function") if call.type in ("call", "call_expression") else None
+    if fn is not None and fn.type == "attribute":
+        fn = fn.child_by_field_name("attribute")
+    return src[fn.start_byte:fn.end_byte] if fn is not None and fn.type == "identifier" else None
 
 
 def _scope(nodes, site: tuple[int, int]) -> tuple[int, int] | None:
