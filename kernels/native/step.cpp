@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 #ifdef _OPENMP
 #include <omp.h>
@@ -965,9 +966,24 @@ static inline V vsum_each(const V* a) {
 }
 
 // Scores of R rows over one block of VW keys K[0..VW): s[i][0..VW) = qs[i] · k_j, the VW dot
-// products reduced together (vsum_each). The block (VW · hd floats) stays in L1 across the rows.
+// products reduced together (vsum_each). The block (VW · hd floats) stays in L1 across the rows;
+// an fp16 block is widened once for them all (else every row converts every key again).
 template <int NH, typename KT>
 static inline void score_block(const float* qs, int ldq, int R, const KT* K, int hd, float* s, int lds) {
+  if constexpr (std::is_same_v<KT, uint16_t>) {
+    if (R > 1) {
+      alignas(64) float kb[VW * NH * VW];
+      const int tail = hd - (NH - 1) * VW;
+      for (int j = 0; j < VW; j++) {
+        const uint16_t* kr = K + (size_t)j * hd;
+        #pragma GCC unroll 16
+        for (int c = 0; c < NH - 1; c++) vstore(kb + (size_t)j * NH * VW + c * VW, kload(kr + c * VW));
+        vstore(kb + (size_t)j * NH * VW + (NH - 1) * VW, kloadm(kr + (NH - 1) * VW, tail));
+      }
+      score_block<NH, float>(qs, ldq, R, kb, NH * VW, s, lds);
+      return;
+    }
+  }
   const int tail = hd - (NH - 1) * VW;
   for (int i = 0; i < R; i++) {
     const float* qi = qs + (size_t)i * ldq;
