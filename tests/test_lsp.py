@@ -31,7 +31,8 @@ SOURCE = "import os\n\n\ndef add(a, b):\n    return a + b\n\n\ndef main():\n    
 async def _start(client: LanguageClient, options: dict) -> t.InitializeResult:
     res = await client.initialize_session(t.InitializeParams(
         capabilities=client_capabilities("visual-studio-code"), initialization_options=options))
-    for _ in range(600):  # the engine loads in the background after `initialized`
+    end = time.monotonic() + 120  # the engine loads in the background after `initialized` (a loaded
+    while time.monotonic() < end:  # machine: 30 s were not always enough)
         stats = await client.protocol.send_request_async("completer/stats", {})
         if stats.engine != "loading" and stats.engine != "not loaded":
             break

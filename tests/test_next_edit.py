@@ -409,6 +409,9 @@ def test_cli_bad_input_exits_2(tmp_path, case):
     ("self.item_count\n", "self.items_count\n", ("item_count", "items_count")),  # a change inside a name
     ("x = 1\n", "x = 2\n", None),  # a literal, not a name
     ("f(a, b)\n", "f(c, d)\n", None),  # two names
+    ("    t = n + 1\n    g(n)\n", "    t = count + 1\n    g(count)\n", ("n", "count")),  # one rename, two places
+    ("g(n, n)\n", "g(count, n2)\n", None),  # two renames
+    ("g(n)\n", "g(count) + 1\n", None),  # a rename and more
     ("f(a)\n", "f(a.b)\n", None),  # not a whole name on the new side
     ("same\n", "same\n", None),
 ])
@@ -480,6 +483,20 @@ def test_a_rename_stays_in_the_region_and_skips_a_name_that_existed():
                   12)[1] is None
     # a file of another language with no names.scm, or plain text: nothing
     assert _carry("a b a\n", "a b a\n", "c b a\n", 4, path="t.txt", language=None)[1] is None
+
+
+def test_an_accepted_rename_suggestion_carries_on_below_it():
+    """A long function's uses past the first region: the user renamed `n` at the def, accepted the
+    suggestion for the next lines (one edit of two places), and the next region gets the rest."""
+    first = HistoryItem("a.py", "    def grow(self, n, step=1):\n", "    def grow(self, count, step=1):\n")
+    old = "        total = self.size + n  # n more\n        for _ in range(n):\n"
+    new = "        total = self.size + count  # n more\n        for _ in range(count):\n"
+    text = PY.replace(first.old, first.new)
+    cur = text.replace(old, new)
+    lo = cur.index("            total += step")
+    _, (region, r) = _carry(text, old, new, 3, region=(lo, len(cur)), history=[first])
+    assert (r.old, r.new, r.sites) == ("n", "count", 2)
+    assert region == cur[lo:].replace('print("n", n, f(n=n), self.n)', 'print("n", count, f(n=count), self.n)')
 
 
 def test_a_rename_typed_in_two_bursts_is_one_rename():

@@ -17,6 +17,7 @@ this place at another existing name, e.g. `f(a)` → `f(b)`, rather than renamed
 from __future__ import annotations
 
 import re
+from difflib import SequenceMatcher
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,8 +28,9 @@ from ..syntax.lang import captures
 from .formats import HistoryItem
 
 REACH = 64 * 1024  # the text parsed around the cursor (chars each side), as the syntax check's
-_WORD = re.compile(r"\w")
+_TOKEN = re.compile(r"\w+|\W")  # a word, or one other character
 _NAME = re.compile(r"[^\W\d]\w*")
+MAX_TOKENS = 4000  # an edit event larger than this (a paste) is not read as a rename
 ROLES = ("label", "member", "name")  # a node captured twice takes the first of these
 
 
@@ -41,20 +43,24 @@ class Rename:
 
 
 def renamed(old: str, new: str) -> tuple[str, str] | None:
-    """(X, Y) when `new` is `old` with one whole name X replaced by the name Y, else None."""
+    """(X, Y) when `new` is `old` with whole names X replaced by the name Y, in one place or more
+    (an accepted rename suggestion is one edit of several places: the next one carries it on),
+    and nothing else changed; else None."""
     if old == new:
         return None
-    p = 0
-    while p < min(len(old), len(new)) and old[p] == new[p]:
-        p += 1
-    s = 0
-    while s < min(len(old), len(new)) - p and old[-1 - s] == new[-1 - s]:
-        s += 1
-    while p and _WORD.match(old[p - 1]):  # widen the changed span to whole words on both sides
-        p -= 1
-    while s and _WORD.match(old[len(old) - s]):
-        s -= 1
-    x, y = old[p:len(old) - s], new[p:len(new) - s]
+    a, b = _TOKEN.findall(old), _TOKEN.findall(new)
+    if len(a) + len(b) > MAX_TOKENS:
+        return None
+    pairs = set()
+    for tag, i1, i2, j1, j2 in SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        if tag != "replace" or i2 - i1 != 1 or j2 - j1 != 1:
+            return None
+        pairs.add((a[i1], b[j1]))
+    if len(pairs) != 1:
+        return None
+    x, y = pairs.pop()
     if not (_NAME.fullmatch(x) and _NAME.fullmatch(y)):
         return None
     return x, y
@@ -81,7 +87,8 @@ def propagate(text: str, a: int, b: int, cursor: int, history: Sequence[HistoryI
         snapshot_around(text, language, cursor, REACH)
     lo, hi = snap.byte_at(max(a - start, 0)), snap.byte_at(max(min(b - start, len(snap.text)), 0))
     byte_cursor = snap.byte_at(max(0, min(cursor - start, len(snap.text))))
-    caps = captures(snap, "names", min(lo, byte_cursor), max(hi, byte_cursor + 1))  # scopes: those that overlap
+    # from the renamed place (a Y just before the cursor) on; scopes: those that overlap
+    caps = captures(snap, "names", min(lo, max(0, byte_cursor - len(y.encode()))), max(hi, byte_cursor + 1))
     if not caps:
         return None
     role_of = _roles(caps)
