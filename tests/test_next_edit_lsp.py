@@ -89,3 +89,22 @@ async def test_bad_params_are_an_error_and_the_server_lives(client: LanguageClie
     assert (got.edits, got.reason, got.version) == ([], "unknown_document", None)
     stats = await client.protocol.send_request_async("completer/stats", {})
     assert stats.engine == "ready"
+
+
+@pytest.mark.asyncio
+async def test_an_accepted_rename_is_carried_on_by_the_next_suggestion(client: LanguageClient):
+    """A region of two lines below the cursor: the first suggestion renames lines 2-3; the editor
+    applies it (one didChange, bottom up, merged into the user's edit event) and asks again at the
+    last edit, as after Tab; the second suggestion renames lines 4-5."""
+    await _start(client, {"device": "cpu", "next_edit_lines_below": 2})
+    await _renamed(client)
+    first = await _ask(client, 1, 21)
+    assert first.source == "rename" and sorted({e.range.start.line for e in first.edits}) == [2, 3]
+    ordered = sorted(first.edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True)
+    client.text_document_did_change(t.DidChangeTextDocumentParams(
+        text_document=t.VersionedTextDocumentIdentifier(uri=URI, version=4),
+        content_changes=[t.TextDocumentContentChangePartial(range=e.range, text=e.newText) for e in ordered]))
+    last = ordered[0].range.start
+    second = await _ask(client, last.line, last.character + 3)
+    assert second.source == "rename" and second.version == 4
+    assert sorted((e.range.start.line, e.newText) for e in second.edits) == [(4, "key"), (5, "key")]
