@@ -459,7 +459,7 @@ def test_a_parameter_rename_reaches_its_uses_in_its_function_only():
 
 def test_a_parameter_rename_reaches_the_keyword_arguments_of_its_functions_calls():
     text = PY + "\n\ndef use(b):\n    b.grow(n=2, step=3)\n    other(n=2)\n    return grow(n=1)\n"
-    cur, (region, r) = _carry(text, "    def grow(self, n, step=1):\n", "    def grow(self, count, step=1):\n", 17)
+    _, (region, r) = _carry(text, "    def grow(self, n, step=1):\n", "    def grow(self, count, step=1):\n", 17)
     assert r.sites == 6  # the 4 uses in grow(), b.grow(n=...) and grow(n=...); other(n=...) and f(n=...) stay
     assert region.endswith("    b.grow(count=2, step=3)\n    other(n=2)\n    return grow(count=1)\n")
     assert 'f(n=count)' in region

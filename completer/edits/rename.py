@@ -17,9 +17,9 @@ this place at another existing name, e.g. `f(a)` → `f(b)`, rather than renamed
 from __future__ import annotations
 
 import re
-from difflib import SequenceMatcher
 from collections.abc import Sequence
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 
 from tree_sitter import Node
 
