@@ -506,6 +506,21 @@ def test_a_rename_typed_in_two_bursts_is_one_rename():
     assert (r.old, r.new, r.sites) == ("n", "count", 4)
 
 
+def test_an_object_shorthand_keeps_its_key():
+    from completer.edits.rename import propagate
+
+    for text, want in (("function f(count) {\n  return { count, k: count };\n}\n",
+                        "function f(n) {\n  return { count: n, k: n };\n}\n"),
+                       ("function f(o) {\n  const { count } = o;\n  return count + 1;\n}\n",
+                        "function f(o) {\n  const { count: n } = o;\n  return n + 1;\n}\n")):
+        line = text.splitlines(keepends=True)[0] if "f(count)" in text else "  return count + 1;\n"
+        cur = text.replace(line, line.replace("count", "n"), 1)
+        at = cur.index(line.replace("count", "n")) + line.index("count") + 1
+        region, _ = propagate(cur, 0, len(cur), at, [HistoryItem("a.js", line, line.replace("count", "n"))],
+                              "a.js", "javascript")
+        assert region == want, region
+
+
 @pytest.mark.parametrize("language, path, text, old, new, want", [
     ("javascript", "a.js", ("class A {\n  constructor() { this.cnt = 0; }\n  inc() { this.cnt += 1; return this.cnt; }\n}\n"
                             "const cnt = 3;\n"), "  constructor() { this.cnt = 0; }\n", "  constructor() { this.count = 0; }\n", 2),

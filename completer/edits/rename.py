@@ -8,7 +8,8 @@ Which places: the names the language's `names.scm` query captures with the role 
 one (`@name` a variable, parameter, function or type; `@member` a name after a dot; `@label`, a
 keyword argument's name, binds nothing and is not renamed itself), inside the innermost
 `@scope.function` (for a name) or `@scope.class` (for a member) around the renamed place, and
-inside the editable region; a parameter renamed also renames the keyword arguments that name it
+inside the editable region (a JavaScript object's shorthand `{ x }` becomes `{ x: y }`, its
+key kept); a parameter renamed also renames the keyword arguments that name it
 at its function's calls in the region (`def f(n)` → `def f(count)`: `f(n=1)` → `f(count=1)`). Strings and comments are not names, so they stay.
 
 Not a rename (nothing proposed): an edit that changed more than one name, or text that is not
@@ -123,8 +124,9 @@ def propagate(text: str, a: int, b: int, cursor: int, history: Sequence[HistoryI
     if not sites:
         return None
     out, last = [], lo
-    for s, e in sites:
-        out += [src[last:s], y.encode()]
+    for s, e in sites:  # an object's shorthand (`{ count }`) keeps its key: `{ count: n }`
+        short = role_of[(s, e)][1].type.startswith("shorthand_property_identifier")
+        out += [src[last:s], f"{x}: {y}".encode() if short else y.encode()]
         last = e
     out.append(src[last:hi])
     head = text[a:start] if a < start else ""  # a region starting before the parsed window (a huge file)
