@@ -9,11 +9,12 @@ one (`@name` a variable, parameter, function or type; `@member` a name after a d
 keyword argument's name, binds nothing and is not renamed itself), inside the innermost
 `@scope.function` (for a name) or `@scope.class` (for a member) around the renamed place, and
 inside the editable region (a JavaScript object's shorthand `{ x }` becomes `{ x: y }`, its
-key kept); a parameter renamed also renames the keyword arguments that name it
-at its function's calls in the region (`def f(n)` → `def f(count)`: `f(n=1)` → `f(count=1)`). Strings and comments are not names, so they stay.
+key kept); a parameter renamed also renames the keyword arguments that name it at its
+function's calls in the region (`def f(n)` → `def f(count)`: `f(n=1)` → `f(count=1)`). Strings
+and comments are not names, so they stay.
 
-Not a rename (nothing proposed): an edit that changed more than one name, or text that is not
-a whole name on either side; a Y that the file already used before the edit (the user pointed
+Not a rename (nothing proposed): an edit that replaced two different names, or changed more
+than names, or text that is not a whole name on either side; a Y that the file already used before the edit (the user pointed
 this place at another existing name, e.g. `f(a)` → `f(b)`, rather than renamed X). Torch-free."""
 from __future__ import annotations
 
@@ -116,11 +117,10 @@ def propagate(text: str, a: int, b: int, cursor: int, history: Sequence[HistoryI
     sites = sorted(k for k, r in named if r == role and inside(k) and src[k[0]:k[1]] == x.encode()
                    and lo <= k[0] and k[1] <= hi and (role != "member" or _receiver(role_of[k][1], src) == receiver
                                                       or called and _called(role_of[k][1])))
-    if role == "name":  # a parameter renamed: the keyword arguments that name it at its function's calls
-        fn = _function_of_parameter(caps.get("scope.function", ()), site, src)
-        sites += [k for k, (r, n) in role_of.items() if r == "label" and fn and src[k[0]:k[1]] == x.encode()
-                  and lo <= k[0] and k[1] <= hi and _callee(n, src) == fn]
-        sites.sort()
+    fn = _function_of_parameter(caps.get("scope.function", ()), site, src) if role == "name" else None
+    if fn:  # a parameter renamed: the keyword arguments that name it at its function's calls
+        sites = sorted(sites + [k for k, (r, n) in role_of.items() if r == "label" and src[k[0]:k[1]] == x.encode()
+                                and lo <= k[0] and k[1] <= hi and _callee(n, src) == fn])
     if not sites:
         return None
     out, last = [], lo
