@@ -11,7 +11,10 @@ default options). The history is OLD → FILE, as `completer next-edit --before`
   applied) with the expected one, the share of suggestions that parse, the share left empty (and
   why: completer/edits/predict.py's drop reasons); tasks whose region has no other site measure
   false suggestions (anything suggested there is wrong). The goal of the issue: >= 50 % exact on
-  rename propagation (rename_local + rename_attr).
+  rename propagation (rename_local + rename_attr). `--rename`: the syntax tree's rename before
+  the model is asked (`first`, the servers' default), only where the model gives nothing usable
+  (`fallback`), or never (`off`); `model_exact` counts the model's own answers, so measure a
+  model with `fallback` or `off` (with `first` it is not asked where the last edit is a rename).
 - `--speed`: regions of 20-40 lines decoded twice, speculative (the region's tokens drafted by
   EditDrafter) and plain, the same greedy outputs (checked), both with the prompt already in
   the document's KV cache (a first run puts it there), 3 times each interleaved, the fastest of
@@ -20,7 +23,7 @@ default options). The history is OLD → FILE, as `completer next-edit --before`
   the user's change sent as didChange, then completer/nextEdit; latency from the change to the
   answer, p50/p90 (the editor's debounce, next_edit_debounce_ms, comes on top).
 
-    python bench/next_edit.py [--n 40] [--sdists DIR] [--target DIR --draft DIR]
+    python bench/next_edit.py [--n 40] [--sdists DIR] [--target DIR --draft DIR] [--rename first|fallback|off]
     python bench/next_edit.py --speed [--n 12]
     python bench/next_edit.py --lsp 20
 """
@@ -94,10 +97,14 @@ def make_tasks(files, kinds, n: int, seed: int, noop: bool, below: int = 20, lin
 FORMAT = "auto"  # main() sets it: --format, else ours for the embedded pair (never taught: "auto" skips it)
 
 
+RENAME = "first"  # main() sets it: --rename (next_edit_rename / next_edit_rename_first)
+
+
 def run(engine, t, speculative: bool = True, below: int = 20):
     hist = from_versions(t.before, t.current, t.path)
     ne = predict(engine, t.current, t.line, t.col, hist, path=t.path, language="python", fmt=FORMAT,
-                 speculative=speculative, below=below, doc_key=t.path)
+                 speculative=speculative, below=below, doc_key=t.path, rename=RENAME != "off",
+                 rename_first=RENAME == "first")
     return ne, apply_edits(t.current, ne.edits)
 
 
@@ -224,6 +231,8 @@ def main() -> int:
     ap.add_argument("--target")
     ap.add_argument("--draft")
     ap.add_argument("--format", help="next_edit_format (default: completer for the embedded pair, else auto)")
+    ap.add_argument("--rename", choices=("first", "fallback", "off"), default="first",
+                    help="the syntax tree's rename: before the model (the default), where the model gives nothing, never")
     ap.add_argument("--speed", action="store_true")
     ap.add_argument("--lsp", type=int, default=0, metavar="N")
     ap.add_argument("--seed", type=int, default=0)
@@ -232,10 +241,14 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="next_edit_"))
     files = sources(fetch(list(PACKAGES), a.sdists, work))
     print(f"# {len(files)} files from {', '.join(PACKAGES)}; CPU: {machine()}", file=sys.stderr)
-    global FORMAT
+    global FORMAT, RENAME
     FORMAT = a.format or ("auto" if a.target else "completer")
+    RENAME = "off" if a.speed else a.rename  # speed: the model's rewrites, timed
+    if a.lsp and a.rename != "first":
+        raise SystemExit("--lsp measures the server's defaults: --rename is for the quality run")
     opts = {k: v for k, v in (("target", a.target), ("draft", a.draft)) if v}
-    res = {"cpu": machine(), "packages": list(PACKAGES), "models": opts or "embedded pair", "format": FORMAT}
+    res = {"cpu": machine(), "packages": list(PACKAGES), "models": opts or "embedded pair", "format": FORMAT,
+           "rename": RENAME}
     if a.lsp:
         tasks = [t for ts in make_tasks(files, RENAMES, (a.lsp + 1) // 2, a.seed, False).values() for t in ts]
         res["lsp"] = lsp_latency(tasks[:a.lsp], {**opts, "next_edit_format": FORMAT})

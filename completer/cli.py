@@ -124,7 +124,8 @@ def _complete_file(a: argparse.Namespace, r: config.Resolved) -> int:
     return 0
 
 
-NEXT_EDIT_OPTIONS = ("next_edit_format", "next_edit_rename", "next_edit_lines_above", "next_edit_lines_below", "next_edit_max_lines")
+NEXT_EDIT_OPTIONS = ("next_edit_format", "next_edit_rename", "next_edit_rename_first", "next_edit_lines_above",
+                     "next_edit_lines_below", "next_edit_max_lines")
 
 
 def cmd_next_edit(a: argparse.Namespace) -> int:
@@ -151,7 +152,7 @@ def cmd_next_edit(a: argparse.Namespace) -> int:
     ne = predict(engine, text, a.line, a.col, history, path=Path(a.path).as_posix(), fmt=v["next_edit_format"],
                  speculative=not a.no_speculative, doc_key=str(Path(a.path).resolve()),
                  above=v["next_edit_lines_above"], below=v["next_edit_lines_below"], max_lines=v["next_edit_max_lines"],
-                 rename=v["next_edit_rename"])
+                 rename=v["next_edit_rename"], rename_first=v["next_edit_rename_first"])
     engine.close()
     if a.json:
         print(json.dumps(ne.to_json()))

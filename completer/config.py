@@ -165,9 +165,10 @@ class LspConfig:
                                      lo=0, hi=10_000)
     next_edit_format: str = opt("auto", "next-edit prompt format: auto (the embedded pair's own; else from the "
                                 "model's name or tokenizer) or a family's", choices=("auto", *EDIT_FORMATS))
-    next_edit_rename: bool = opt(True, "when the model suggests nothing usable (or is not taught next edits), "
-                                 "carry a rename in the last edit to the other places of that name in its scope, "
-                                 "from the syntax tree")
+    next_edit_rename: bool = opt(True, "carry a rename in the last edit to the other places of that name in its "
+                                 "scope, from the syntax tree (when: next_edit_rename_first)")
+    next_edit_rename_first: bool = opt(True, "the rename is suggested before the model is asked (milliseconds, "
+                                       "exact); false: the model first, the rename where it suggests nothing usable")
     next_edit_lines_above: int = opt(3, "lines above the cursor a next edit may rewrite", lo=0, hi=1000)
     next_edit_lines_below: int = opt(20, "lines below the cursor a next edit may rewrite", lo=0, hi=1000)
     next_edit_max_lines: int = opt(40, "the most lines a next edit rewrites (the region grows to a statement's end "

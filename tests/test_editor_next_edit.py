@@ -249,7 +249,8 @@ def rename_session(tmp_path, edit_parrot_pair):  # noqa: F811 (the imported fixt
     target, draft = edit_parrot_pair
     src = tmp_path / "demo.py"
     src.write_text(EDIT_BEFORE)
-    nv = Nvim(tmp_path, lsp_cmd(), {"target": str(target), "draft": str(draft)}, src)
+    # the parrot's answer, not the rename rule's (the same text): the model's path end to end
+    nv = Nvim(tmp_path, lsp_cmd(), {"target": str(target), "draft": str(draft), "next_edit_rename_first": False}, src)
     try:
         wait_ready(nv)
         nv.send("2G^ciwtotal")

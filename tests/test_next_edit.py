@@ -182,8 +182,9 @@ HISTORY = from_versions(SRC, CURRENT, "store.py")
 def test_predict_edits_give_the_predicted_file():
     eng = Scripted(lambda region: region.replace("(self.root,\n                            name)",
                                                  "(self.root,\n                            key)"))
-    ne = predict(eng, CURRENT, 9, 21, HISTORY, path="store.py", chunks=[Chunk("util.py", "def g(): ...")])
-    assert ne.dropped is None and ne.region == (9, 16)
+    ne = predict(eng, CURRENT, 9, 21, HISTORY, path="store.py", chunks=[Chunk("util.py", "def g(): ...")],
+                 rename_first=False)  # the model's answer (the history is a rename: else the rule's)
+    assert ne.dropped is None and ne.region == (9, 16) and ne.source == "model"
     assert [e.to_json() for e in ne.edits] == [{"start_line": 11, "start_col": 28, "end_line": 11, "end_col": 32,
                                                 "text": "key"}]
     assert apply_edits(CURRENT, ne.edits) == CURRENT.replace("                            name)",
@@ -207,9 +208,9 @@ def test_predict_drop_rules(answer, kw, reason):
     ne = predict(Scripted(answer, **kw), CURRENT, 9, 21, HISTORY, path="store.py", rename=False)
     assert (ne.dropped, ne.edits) == (reason, [])
     assert ne.to_json()["reason"] == reason
-    # the rename (name -> key in add's parameters) stands in for an answer that gave nothing
-    # usable; never for one the user should not see (undo) or one cut short
-    ne = predict(Scripted(answer, **kw), CURRENT, 9, 21, HISTORY, path="store.py")
+    # the model first: the rename (name -> key in add's parameters) stands in for an answer that
+    # gave nothing usable; never for one the user should not see (undo) or one cut short
+    ne = predict(Scripted(answer, **kw), CURRENT, 9, 21, HISTORY, path="store.py", rename_first=False)
     if reason in ("no_change", "syntax", "malformed", "too_long"):
         assert (ne.dropped, ne.source, ne.model_dropped) == (None, "rename", reason)
         assert apply_edits(CURRENT, ne.edits) == CURRENT.replace("                            name)",
@@ -219,11 +220,31 @@ def test_predict_drop_rules(answer, kw, reason):
         assert (ne.dropped, ne.edits, ne.source) == (reason, [], "model")
 
 
+def test_the_rename_is_suggested_before_the_model_is_asked():
+    """By default a rename in the last edit is answered from the syntax tree and the engine is not
+    asked, whatever it would answer; an edit that is no rename goes to the model."""
+    other = lambda r: r.replace("return path", "return str(path)")  # a valid answer, not the rename
+    eng = Scripted(other)
+    ne = predict(eng, CURRENT, 9, 21, HISTORY, path="store.py")
+    assert (ne.source, ne.dropped, ne.model_dropped, eng.requests) == ("rename", None, None, [])
+    assert apply_edits(CURRENT, ne.edits) == CURRENT.replace("                            name)",
+                                                             "                            key)")
+    assert ne.total_ms > 0 and ne.new_tokens == 0 and ne.to_json()["source"] == "rename"
+    # the model first: its valid answer is shown and the rename is not
+    ne = predict(Scripted(other), CURRENT, 9, 21, HISTORY, path="store.py", rename_first=False)
+    assert ne.source == "model" and "str(path)" in apply_edits(CURRENT, ne.edits)
+    # no rename in the last edit (a literal changed): the model is asked
+    cur = CURRENT.replace("def add(self, key, value)", "def add(self, key, value=0)")
+    eng = Scripted(other)
+    ne = predict(eng, cur, 9, 21, from_versions(CURRENT, cur, "store.py"), path="store.py")
+    assert ne.source == "model" and len(eng.requests) == 1
+
+
 def test_a_crlf_file_is_shown_with_lf_and_keeps_its_line_ends():
     crlf = CURRENT.replace("\n", "\r\n")
     eng = Scripted(lambda region: region.replace("name)", "key)"))
     ne = predict(eng, crlf, 9, 21, [HistoryItem(h.path, h.old.replace("\n", "\r\n"), h.new.replace("\n", "\r\n"))
-                                    for h in HISTORY], path="store.py")
+                                    for h in HISTORY], path="store.py", rename_first=False)
     (req,) = eng.requests
     assert "\r" not in req.region + req.before + req.after + "".join(h.old + h.new for h in req.history)
     assert req.region[req.cursor:].startswith(", value)")
@@ -231,7 +252,7 @@ def test_a_crlf_file_is_shown_with_lf_and_keeps_its_line_ends():
                                                 "text": "key"}]
     assert apply_edits(crlf, ne.edits) == crlf.replace("name)", "key)")
     undo = predict(Scripted(lambda region: region.replace("key, value", "name, value")), crlf, 9, 21,
-                   from_versions(SRC.replace("\n", "\r\n"), crlf, "store.py"), path="store.py")
+                   from_versions(SRC.replace("\n", "\r\n"), crlf, "store.py"), path="store.py", rename_first=False)
     assert undo.dropped == "undo"
 
 
@@ -346,8 +367,10 @@ def test_auto_does_not_ask_a_pair_never_taught_next_edits(engine):
         got = engine.rewrite(req)
         assert (got.text, got.new_tokens, got.stop_reason, got.extra["untrained"]) == ("", 0, "untrained", True)
         assert predict(engine, CURRENT, 9, 4, HISTORY, path="store.py", rename=False).dropped == "untrained"
-        ne = predict(engine, CURRENT, 9, 4, HISTORY, path="store.py")  # the rename needs no model
+        ne = predict(engine, CURRENT, 9, 4, HISTORY, path="store.py", rename_first=False)  # the rename needs no model
         assert (ne.source, ne.model_dropped, ne.new_tokens) == ("rename", "untrained", 0)
+        ne = predict(engine, CURRENT, 9, 4, HISTORY, path="store.py")  # nor is the model asked before it
+        assert (ne.source, ne.model_dropped, ne.new_tokens) == ("rename", None, 0)
         engine.edits_trained = True
         assert engine.rewrite(req, max_new=4).new_tokens > 0
     finally:
@@ -367,14 +390,19 @@ def test_cli_json_contract(tmp_path):
     from draft_models import DEFAULT_TARGET
 
     marked = json.loads((DEFAULT_TARGET / "config.json").read_text()).get("completer_next_edit", False)
+    rename = [{"start_line": 11, "start_col": 28, "end_line": 11, "end_col": 32, "text": "key"}]
     r = _run(str(new), "--line", "9", "--col", "21", "--before", str(old), "--json")
+    assert r.returncode == 0, r.stderr  # the last edit renamed name -> key: carried on, the model not asked
+    out = json.loads(r.stdout)
+    assert (out["source"], out["new_tokens"], out["edits"], "model_reason" in out) == ("rename", 0, rename, False)
+    r = _run(str(new), "--line", "9", "--col", "21", "--before", str(old), "--json", "--no-next-edit-rename-first")
     assert r.returncode == 0, r.stderr  # "auto" asks the shipped pair only if it was taught next edits
-    out = json.loads(r.stdout)  # unasked, the model gives nothing; the rename name -> key stands in
+    out = json.loads(r.stdout)  # unasked, the model gives nothing; the rename stands in
     assert (out.get("model_reason") == "untrained") == (not marked), r.stdout
     if not marked:
-        assert out["source"] == "rename" and out["new_tokens"] == 0
-        assert out["edits"] == [{"start_line": 11, "start_col": 28, "end_line": 11, "end_col": 32, "text": "key"}]
-    r = _run(str(new), "--line", "9", "--col", "21", "--before", str(old), "--json", "--next-edit-format", "completer")
+        assert out["source"] == "rename" and out["new_tokens"] == 0 and out["edits"] == rename
+    r = _run(str(new), "--line", "9", "--col", "21", "--before", str(old), "--json", "--next-edit-format", "completer",
+             "--no-next-edit-rename-first")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert {"edits", "new_tokens", "target_forwards", "accepted_per_forward", "total_ms", "speculative"} <= set(out)
@@ -546,8 +574,9 @@ def test_renames_in_other_languages(language, path, text, old, new, want):
 def test_predict_offers_the_rename_with_crlf_and_utf16_positions():
     src = 'def f(name):\r\n    s = "😀" + name\r\n    return name\r\n'
     cur = src.replace("def f(name)", "def f(key)")
-    ne = predict(Scripted(lambda r: r), cur, 0, 9, from_versions(src, cur, "e.py"), path="e.py")
-    assert (ne.source, ne.model_dropped) == ("rename", "no_change")
+    eng = Scripted(lambda r: r)
+    ne = predict(eng, cur, 0, 9, from_versions(src, cur, "e.py"), path="e.py")
+    assert (ne.source, ne.model_dropped, eng.requests) == ("rename", None, [])
     assert apply_edits(cur, ne.edits) == cur.replace("+ name", "+ key").replace("return name", "return key")
     doc = Document("file:///e.py", cur, "python", 1)
     assert [e["range"]["start"] for e in lsp_edits(doc, ne.edits)] == [{"line": 1, "character": 15},

@@ -21,6 +21,8 @@ from completer.edits.formats import EDIT_FORMATS, EditPrompt, HistoryItem, rende
 from completer.remote import connect
 
 REGION = "def f(name):\n    return name + 1\n"
+# the remote model's answer even where the last edit is a rename (else the syntax tree's, unasked)
+ON_THE_MODEL = {"next_edit_format": "sweep", "next_edit_rename_first": False}
 REQ = EditPrompt((HistoryItem("a.py", "def f(x):\n", "def f(name):\n"),), "a.py", REGION, 6)
 
 
@@ -167,7 +169,7 @@ async def client(lsp_client: LanguageClient):
 
 @pytest.mark.asyncio
 async def test_next_edit_positions_are_utf16_and_feedback_counts(client: LanguageClient, scripted):
-    await _start(client, {"engine": f"llamacpp:{scripted.base}", "next_edit_format": "sweep"})
+    await _start(client, {**ON_THE_MODEL, "engine": f"llamacpp:{scripted.base}"})
     _open(client, SOURCE, URI)
     _type(client, 0, 10, "who", 2, URI)  # the parameter renamed: name → whoname → (below) who
     client.text_document_did_change(t.DidChangeTextDocumentParams(
@@ -204,7 +206,7 @@ async def test_next_edit_prompt_holds_the_workspaces_definitions(client: Languag
     uri = (tmp_path / "main.py").as_uri()
     await client.initialize_session(t.InitializeParams(
         capabilities=t.ClientCapabilities(), root_uri=tmp_path.as_uri(),
-        initialization_options={"engine": f"llamacpp:{scripted.base}", "next_edit_format": "sweep"}))
+        initialization_options={**ON_THE_MODEL, "engine": f"llamacpp:{scripted.base}"}))
     for _ in range(200):
         stats = await client.protocol.send_request_async("completer/stats", {})
         if stats.engine == "ready" and stats.workspace and stats.workspace.complete:
@@ -239,7 +241,8 @@ def test_cli_next_edit_on_a_remote_engine(scripted, tmp_path):
     predicted = now.replace("+ name", "+ who").replace("x, name", "x, who")
     scripted.answer = predicted
     argv = [str(Path(sys.executable).parent / "completer"), "next-edit", str(new), "--line", "0", "--col", "10",
-            "--before", str(old), "--engine", f"llamacpp:{scripted.base}", "--next-edit-format", "sweep"]
+            "--before", str(old), "--engine", f"llamacpp:{scripted.base}", "--next-edit-format", "sweep",
+            "--no-next-edit-rename-first"]
     r = subprocess.run([*argv, "--json"], capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
@@ -258,7 +261,7 @@ async def test_an_edit_computed_on_an_older_text_is_dropped(client: LanguageClie
     (never edits for a text that is gone)."""
     import asyncio
 
-    await _start(client, {"engine": f"llamacpp:{scripted.base}", "next_edit_format": "sweep"})
+    await _start(client, {**ON_THE_MODEL, "engine": f"llamacpp:{scripted.base}"})
     _open(client, SOURCE, URI)
     _type(client, 0, 10, "who", 2, URI)
     scripted.answer = SOURCE.replace("name", "whoname")

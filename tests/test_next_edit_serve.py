@@ -32,7 +32,7 @@ def server():
 async def test_next_edit_frame(server):
     async with connect_ws(server) as ws:
         frame = {"type": "next_edit", "id": 7, "text": TEXT, "line": 0, "col": 11, "before": BEFORE,
-                 "path": "add.py", "language": "python", "format": "completer"}
+                 "path": "add.py", "language": "python", "format": "completer", "rename_first": False}
         r = await ask(ws, frame)
         assert r["type"] == "next_edit" and r["id"] == 7 and isinstance(r["edits"], list)
         assert {"new_tokens", "target_forwards", "accepted_per_forward", "total_ms", "speculative"} <= set(r["stats"])
@@ -46,6 +46,10 @@ async def test_next_edit_frame(server):
         r = await ask(ws, {**auto, "id": "c"})
         assert (r["stats"]["source"], r["stats"]["model_reason"], r["stats"]["new_tokens"]) == ("rename", "untrained", 0)
         assert apply_edits(TEXT, [TextEdit(**e) for e in r["edits"]]) == TEXT.replace("name", "key")
+        default = {k: v for k, v in auto.items() if k != "rename_first"}  # the rename first: no model asked
+        r = await ask(ws, {**default, "id": "e", "format": "completer"})
+        assert (r["stats"]["source"], r["stats"]["new_tokens"], "model_reason" in r["stats"]) == ("rename", 0, False)
+        assert apply_edits(TEXT, [TextEdit(**e) for e in r["edits"]]) == TEXT.replace("name", "key")
         r = await ask(ws, {**auto, "id": "d", "rename": False})
         assert (r["edits"], r["reason"]) == ([], "untrained")
 
@@ -53,7 +57,7 @@ async def test_next_edit_frame(server):
 @pytest.mark.parametrize("bad, code", [
     ({"line": 99}, "bad_request"), ({"col": -1}, "bad_request"), ({"before": "no\ncommon\nlines\n"}, "bad_request"),
     ({"line": "0"}, "bad_request"), ({"text": None}, "bad_request"), ({"id": None}, "bad_request"),
-    ({"rename": "yes"}, "bad_request"),
+    ({"rename": "yes"}, "bad_request"), ({"rename_first": 1}, "bad_request"),
 ])
 async def test_bad_next_edit_frames_get_error_frames(server, bad, code):
     async with connect_ws(server) as ws:

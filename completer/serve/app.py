@@ -202,9 +202,12 @@ class EngineService:
         return await self._run(work, doc_key, cancel, "rewrite", lambda c: c.stop_reason != "cancelled")
 
     async def next_edit(self, text: str, line: int, col: int, before: str, path: str, language: str | None,
-                        doc_key: str, cancel: threading.Event, fmt: str = "auto", rename: bool = True) -> NextEdit:
+                        doc_key: str, cancel: threading.Event, fmt: str = "auto", rename: bool = True,
+                        rename_first: bool = True) -> NextEdit:
         """The next edit after `before` became `text` (completer/edits/predict.py; `fmt`: the
-        next-edit format, as the option next_edit_format; `rename`: as next_edit_rename), in a worker thread. Raises Refused: bad_request for a position outside the text or a `before` that is
+        next-edit format, as the option next_edit_format; `rename`, `rename_first`: as
+        next_edit_rename and next_edit_rename_first), in a worker thread. Raises Refused:
+        bad_request for a position outside the text or a `before` that is
         not an earlier version of it; the engine's errors as for a completion."""
         def work() -> NextEdit:
             if cancel.is_set():
@@ -212,7 +215,8 @@ class EngineService:
             try:
                 history = from_versions(before, text, path)
                 return predict(self.engine, text, line, col, history, path=path, language=language,
-                               fmt=fmt, doc_key=doc_key, cancel=cancel, rename=rename)
+                               fmt=fmt, doc_key=doc_key, cancel=cancel, rename=rename,
+                               rename_first=rename_first)
             except (HistoryError, PositionError) as e:
                 raise Refused("bad_request", str(e)) from None
 

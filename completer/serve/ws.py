@@ -155,7 +155,7 @@ def _next_edit(service, conn: Conn, f: dict) -> dict | None:
     async def reply() -> dict:
         ne = await service.next_edit(f["text"], f["line"], f["col"], f["before"], path, f["language"],
                                      _doc_key(conn, doc), cancel, f["format"] or "auto",
-                                     rename=f["rename"] is not False)
+                                     rename=f["rename"] is not False, rename_first=f["rename_first"] is not False)
         out = ne.to_json()
         frame = {"type": "next_edit", "id": id_, "edits": out.pop("edits"), "stats": out}
         if "reason" in out:

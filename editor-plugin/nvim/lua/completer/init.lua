@@ -59,7 +59,7 @@ M.option_types = {
   -- lsp
   enable = 'boolean', debounce_ms = 'number', warmup = 'boolean', ready_wait_ms = 'number',
   next_edit = 'boolean', next_edit_debounce_ms = 'number', next_edit_format = 'string', next_edit_rename = 'boolean',
-  next_edit_lines_above = 'number', next_edit_lines_below = 'number', next_edit_max_lines = 'number',
+  next_edit_rename_first = 'boolean', next_edit_lines_above = 'number', next_edit_lines_below = 'number', next_edit_max_lines = 'number',
   -- workspace
   cross_file = 'boolean', cross_file_share = 'number', cross_file_max_files = 'number',
   index_memory_mb = 'number', index_max_file_kb = 'number',
