@@ -243,8 +243,9 @@ class Oracle:
 def test_adaptive_k_falls_to_plain_when_drafting_measures_slower_and_comes_back():
     """The model says drafts pay (cheap verifies), but drafting rounds measure 2 ms per emitted
     token against plain's 1: k falls to 0 after plain's first measurement, and tries of drafting
-    (TRY_ROUNDS rounds at the model's k) come at doubling intervals; once a try measures
-    drafting cheaper, drafting returns and holds, with a plain round now and then."""
+    (TRY_ROUNDS timed rounds at the model's k, after the switch's untimed one) come at doubling
+    intervals; once a try measures drafting cheaper, drafting returns and holds, with a plain
+    round now and then."""
     k = AdaptiveK(4, 0, 8, c=0.05, verify=[1.0] + [1.05] * 8)
     assert k.rate(1) > 1
     drafted = []
@@ -253,8 +254,9 @@ def test_adaptive_k_falls_to_plain_when_drafting_measures_slower_and_comes_back(
         k.update(k.k, 1, 4.0) if k.k else k.update(0, 0, 1.0)  # drafting: 2 tokens in 4 ms
     assert drafted[:2] == [4, 0] and k.k == 0 and k.ms_per_token(True) > k.ms_per_token(False)
     tries = [i for i in range(1, len(drafted)) if drafted[i] and not drafted[i - 1]]
-    assert all(all(n > 0 for n in drafted[i:i + AdaptiveK.TRY_ROUNDS]) for i in tries), drafted
-    assert sum(n > 0 for n in drafted) == 1 + AdaptiveK.TRY_ROUNDS * len(tries)
+    rounds = AdaptiveK.TRY_ROUNDS + 1  # a try: the switch, then the timed rounds
+    assert all(all(n > 0 for n in drafted[i:i + rounds]) for i in tries), drafted
+    assert sum(n > 0 for n in drafted) == 1 + rounds * len(tries)
     gaps = [b - a for a, b in zip([0] + tries, tries)]
     assert gaps[0] > AdaptiveK.PROBE_STEPS and gaps == sorted(gaps) and gaps[-1] > 3 * gaps[0], gaps
     drafted = []
@@ -264,6 +266,30 @@ def test_adaptive_k_falls_to_plain_when_drafting_measures_slower_and_comes_back(
     start = next(i for i, n in enumerate(drafted) if n)
     assert start < 260 and 0 < drafted[start:].count(0) < 0.1 * (400 - start), drafted
     assert k.ms_per_token(True) < k.ms_per_token(False)
+
+
+def test_rounds_after_a_switch_are_timed_once_settled():
+    """A target on several threads: after a switch of kind, rounds are not timed until
+    `settle_ms` have passed (a plain round right after drafting costs more while an idle core
+    wakes), so a try of plain lasts until it has a settled round: plain rounds that cost 3, 2,
+    then 1 ms (steady) against drafting's 1.5 ms a token read as plain's 1 ms, and plain is
+    chosen; without the settling the try timed its 2 ms round and drafting went on."""
+    def run(settle_ms: float) -> tuple[AdaptiveK, list[int]]:
+        k = AdaptiveK(4, 0, 8, c=0.05, verify=[1.0] + [1.05] * 8, settle_ms=settle_ms)
+        kinds, since = [], 0
+        for _ in range(60):
+            kinds.append(k.k)
+            if k.k:
+                k.update(k.k, 1, 3.0)  # drafting: 2 tokens in 3 ms
+                since = 0
+            else:
+                since += 1
+                k.update(0, 0, max(4.0 - since, 1.0))  # plain after drafting: 3, 2, then 1 ms
+        return k, kinds
+    settled, kinds = run(AdaptiveK.SETTLE_MS)
+    assert settled.k == 0 and settled.ms_per_token(False) == 1.0 < settled.ms_per_token(True), kinds
+    eager, kinds = run(0.0)
+    assert eager.k > 0 and eager.ms_per_token(False) == 2.0, kinds  # the round after the switch's
 
 
 @pytest.mark.parametrize("cost_ms, plain", [(10.0, True), (0.1, False)])

@@ -40,7 +40,8 @@ class DocCache:
         c, verify = step_costs
         # the document's; k falls to 0 (plain decoding, drafting tried now and then) where drafting
         # measures more ms per token than plain: over --no-speculative, speculation costs its tries
-        self.k = AdaptiveK(cfg.draft_len, 0, cfg.max_draft_len, c, verify=verify)
+        self.k = AdaptiveK(cfg.draft_len, 0, cfg.max_draft_len, c, verify=verify,
+                           settle_ms=AdaptiveK.SETTLE_MS if cfg.decode_threads > 1 else 0.0)
         if prior is not None:  # a new document starts where the engine's last one stood, not blind
             self.k.learnt_from(prior)
         self.by_kind: OrderedDict[str, AdaptiveK] = OrderedDict()  # per syntax-node kind (caller's)

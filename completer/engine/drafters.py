@@ -198,12 +198,14 @@ class AdaptiveK:
     fades, so a fresh try of it counts most. It drafts while drafting measures fewer ms per
     token than plain; until both are measured the model decides (E[tokens](k) > cost(k)), and
     the first timed drafting round is followed by a plain one so that both are. After
-    `probe[kind]` rounds of the chosen kind the other is tried: PLAIN_TRY_ROUNDS plain rounds, or
-    TRY_ROUNDS rounds at the model's k. A round of one kind right after the other is not timed:
-    it pays for the other's caches (the draft's weights and K/V displace the target's; plain
-    rounds leave the draft behind, whose catch-up generate() leaves out anyway). Timed, the first
-    plain round after drafting read ~1.4 ms a token where plain decoding ran at ~1.0 (fast-int8 on
-    the embedded pair), and drafting that lost was kept. The
+    `probe[kind]` rounds of the chosen kind the other is tried: PLAIN_TRY_ROUNDS timed plain
+    rounds, or TRY_ROUNDS timed rounds at the model's k. The round right after a switch from one
+    kind to the other is not timed, nor (`settle_ms`: SETTLE_MS for a target on several threads)
+    those until that many ms have passed: they pay for the other's caches and idle cores (the
+    draft's weights and K/V displace the target's, its single-threaded work leaves a target's
+    second core idle; plain rounds leave the draft behind, whose catch-up generate() leaves out
+    anyway). Timed, the first plain round after drafting read ~1.4 ms a token where plain
+    decoding ran at ~1.0 (fast-int8 on the embedded pair), and drafting that lost was kept. The
     tried kind's interval doubles, up to PROBE_MAX, after a try that does not win and after a
     win that does not hold PROBE_STEPS rounds (a lucky try); a kind that held that long and
     then lost is tried again after PROBE_STEPS. The tries are what following the document
@@ -211,9 +213,15 @@ class AdaptiveK:
 
     PROBE_STEPS = 16  # rounds before the kind not chosen is tried, after a choice that held
     PROBE_MAX = 256   # the interval doubles up to this while tries do not win
-    TRY_ROUNDS = 4    # a try of drafting; 2 lost more often where drafting paid (fast-int8 on
-    # the embedded pair: 0.92-1.00× plain in 5 runs, 0.98-1.13× with 4)
-    PLAIN_TRY_ROUNDS = 2  # a try of plain: the switch (untimed), then one timed round
+    TRY_ROUNDS = 3    # timed rounds a try of drafting lasts (after the switch's untimed ones); 1
+    # lost more often where drafting paid (fast-int8 on the embedded pair: 0.92-1.00× plain in 5
+    # runs, 0.98-1.13× with 3)
+    PLAIN_TRY_ROUNDS = 1  # timed rounds a try of plain lasts
+    SETTLE_MS = 8.0  # a multi-threaded target's `settle_ms`: on two threads a plain round after
+    # drafting (the draft's single-threaded work left a core idle) cost 1.9, 1.7, 1.5, 1.3, 1.2,
+    # 1.05 ms before settling at 0.8-0.9 (fast-int8, the embedded pair), so the one round a try
+    # timed read plain as dearer than drafting, and drafting went on at 0.75-0.96× plain decoding;
+    # on one thread a target's forward after the draft's costs what it does after its own
     MARGIN = 0.05  # where drafting measures within this of plain (fast-int8 and int4 targets on the
     # embedded pair: a verify of a few rows costs 1.3-1.5 steps), plain: no draft prefill, no catch-ups
     TRY_SHARE = 0.05  # of the time decoding plain that tries of drafting may spend catching up
@@ -224,8 +232,9 @@ class AdaptiveK:
 
     def __init__(self, k: int, k_min: int = 1, k_max: int = 8, c: float = 0.06, beta: float = 0.1,
                  decay: float = 0.95, verify: list[float] | None = None,
-                 clock: Callable[[], float] = time.perf_counter):
+                 clock: Callable[[], float] = time.perf_counter, settle_ms: float = 0.0):
         self.k, self.k_min, self.k_max = k, k_min, k_max
+        self.settle = settle_ms  # after a switch of kind, rounds are timed from this many ms on
         self.c, self.beta, self.decay = c, beta, decay
         self.verify = verify if verify and len(verify) > k_max else [1 + beta * i for i in range(k_max + 1)]
         self.clock = clock  # seconds; generate() times rounds with it (tests pass a fake one)
@@ -236,6 +245,7 @@ class AdaptiveK:
         self.last: bool | None = None  # the kind of the last round (True: it proposed)
         self.catch_up_ms = 0.0  # the last catch-up a try of drafting paid (ModelDrafter.take_catch_up_ms)
         self.held = self.idle = 0  # rounds since the choice changed; since the other kind was tried
+        self.settle_ms = settle_ms  # ms since the kind last switched
         self.probe = [self.PROBE_STEPS] * 2  # [plain, drafting] → rounds before it is tried
 
     def learnt_from(self, other: AdaptiveK) -> AdaptiveK:
@@ -258,7 +268,7 @@ class AdaptiveK:
     def resized(self, k_max: int) -> AdaptiveK:
         """A copy bounded by a new `k_max` (the max_draft_len option changed)."""
         return AdaptiveK(self.k, self.k_min, k_max, self.c, self.beta, self.decay, self.verify,
-                         self.clock).learnt_from(self)
+                         self.clock, self.settle).learnt_from(self)
 
     def expected(self, k: int) -> float:
         """1 + s_1 + … + s_k: s_i the decayed share of proposals at position i that were accepted,
@@ -291,17 +301,22 @@ class AdaptiveK:
                 self.prop[i] = d * self.prop[i] + tried
                 self.acc[i] = d * self.acc[i] + (tried and i < accepted)
         switched, self.last = self.last is not None and self.last != (proposed > 0), proposed > 0
-        if ms is not None and not switched:
+        if switched:
+            self.settle_ms = 0.0
+        recorded = ms is not None and not switched and self.settle_ms >= self.settle
+        if ms is not None:
+            self.settle_ms += ms
+        if recorded:
             for kind, w in enumerate(self.wall):
                 ms_k, tokens = (ms, accepted + 1) if kind == (proposed > 0) else (0.0, 0)
                 w[0], w[1] = d * w[0] + ms_k, d * w[1] + tokens
-        self.k = self.best() if self.k_min > 0 else self._draft_or_plain(proposed > 0)
+        self.k = self.best() if self.k_min > 0 else self._draft_or_plain(proposed > 0, recorded)
 
     def best(self) -> int:
         """The modelled best number of drafts (≥ 1)."""
         return max(range(max(self.k_min, 1), self.k_max + 1), key=self.rate)
 
-    def _draft_or_plain(self, drafted: bool) -> int:
+    def _draft_or_plain(self, drafted: bool, recorded: bool) -> int:
         # `best()` only where a draft follows: ~5 µs, 1 % of an int4 step on the embedded pair
         plain, drafting = self.ms_per_token(False), self.ms_per_token(True)
         if plain is None or drafting is None:
@@ -309,7 +324,8 @@ class AdaptiveK:
         else:  # drafting must measure MARGIN faster to take over from plain, and keeps on while faster
             draft = drafting < plain * (1.0 if self.drafting else 1.0 - self.MARGIN)
         if self.trying:
-            self.trying -= drafted != self.drafting  # a try of drafting that found nothing goes on
+            # a try lasts its timed rounds (a try of drafting that found nothing goes on)
+            self.trying -= drafted != self.drafting and recorded
             if self.trying:
                 return 0 if self.drafting else self.best()
             if draft == self.drafting:  # a try that did not win
