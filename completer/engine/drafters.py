@@ -245,7 +245,7 @@ class AdaptiveK:
         self.last: bool | None = None  # the kind of the last round (True: it proposed)
         self.catch_up_ms = 0.0  # the last catch-up a try of drafting paid (ModelDrafter.take_catch_up_ms)
         self.held = self.idle = 0  # rounds since the choice changed; since the other kind was tried
-        self.settle_ms = settle_ms  # ms since the kind last switched
+        self.since_switch_ms = settle_ms  # timed rounds' ms since the kind last switched (starts settled)
         self.probe = [self.PROBE_STEPS] * 2  # [plain, drafting] → rounds before it is tried
 
     def learnt_from(self, other: AdaptiveK) -> AdaptiveK:
@@ -302,10 +302,10 @@ class AdaptiveK:
                 self.acc[i] = d * self.acc[i] + (tried and i < accepted)
         switched, self.last = self.last is not None and self.last != (proposed > 0), proposed > 0
         if switched:
-            self.settle_ms = 0.0
-        recorded = ms is not None and not switched and self.settle_ms >= self.settle
+            self.since_switch_ms = 0.0
+        recorded = ms is not None and not switched and self.since_switch_ms >= self.settle
         if ms is not None:
-            self.settle_ms += ms
+            self.since_switch_ms += ms
         if recorded:
             for kind, w in enumerate(self.wall):
                 ms_k, tokens = (ms, accepted + 1) if kind == (proposed > 0) else (0.0, 0)
