@@ -2,12 +2,15 @@
 an attacker (a fake HTTP server on 127.0.0.1 that records every request) must not receive the
 user's code or keys from the real `completer-lsp` (stdio) or `completer complete`; the refusal is
 one warning. Trusting the workspace in the user's own config lets the same file choose the
-engine, and then only the key set beside that engine travels, never the user's env key."""
+engine, and then only the key set beside that engine travels, never the user's env key.
+`completer serve` never names an Origin it refused in Access-Control-Allow-Origin."""
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -234,3 +237,45 @@ def test_a_settings_change_of_engine_does_not_carry_the_user_files_key(tmp_path,
         assert all("Authorization" not in h for _, _, h, _ in other.got)
     finally:
         other.close()
+
+
+def test_serve_never_names_a_refused_origin_in_its_answer(tmp_path):
+    """Issue 35, item 11: a 403 (a refused Origin, or a refused Host with an allowed Origin) has
+    no Access-Control-Allow-Origin; an allowed page still gets its own origin back. The guard
+    answers while the models load, so the test does not wait for them."""
+    p = subprocess.Popen([sys.executable, "-m", "completer.cli", "serve", "--port", "0", "--allow-origins",
+                          "https://ok.example"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, env=env_for(tmp_path), cwd=tmp_path)
+    try:
+        port = None
+        for line in p.stderr:
+            if m := re.search(r"listening on ws://[^:]+:(\d+)/ws", line):
+                port = int(m.group(1))
+                break
+        assert port is not None, "completer serve did not start"
+
+        def ask(method: str, path: str, headers: dict) -> tuple[int, dict]:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            try:
+                c.request(method, path, body=b"{}" if method == "POST" else None, headers=headers)
+                r = c.getresponse()
+                r.read()
+                return r.status, {k.lower(): v for k, v in r.getheaders()}
+            finally:
+                c.close()
+
+        evil = "https://evil.example"
+        for method, path in (("GET", "/health"), ("GET", "/v1/models"), ("POST", "/v1/completions"),
+                             ("OPTIONS", "/v1/completions"), ("GET", "/metrics")):
+            status, headers = ask(method, path, {"Origin": evil, "Access-Control-Request-Method": "POST"})
+            assert status == 403 and "access-control-allow-origin" not in headers, (method, path, headers)
+            assert evil not in json.dumps(headers), (method, path, headers)
+        status, headers = ask("GET", "/v1/models", {"Origin": "https://ok.example", "Host": "attacker.example"})
+        assert status == 403 and "access-control-allow-origin" not in headers, headers
+        for origin in ("https://ok.example", "http://localhost:5173"):  # allowed pages read their answers
+            status, headers = ask("OPTIONS", "/v1/completions", {"Origin": origin,
+                                                                 "Access-Control-Request-Method": "POST"})
+            assert status == 204 and headers["access-control-allow-origin"] == origin, headers
+    finally:
+        p.terminate()
+        p.wait(timeout=60)

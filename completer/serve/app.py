@@ -165,7 +165,9 @@ class EngineService:
             self.cancels.discard(cancel)
         cancelled = cancel.is_set() or c.stop_reason in ("cancelled", "superseded")
         type_through = bool(c.extra.get("type_through"))
-        self.metrics.requests.labels(kind, "cancelled" if cancelled else "type_through" if type_through else "ok").inc()
+        quiet = not c.text and c.stop_reason == "unsure"  # the confidence gate left nothing (completer/confidence.py)
+        self.metrics.requests.labels(kind, "cancelled" if cancelled else "type_through" if type_through
+                                     else "quiet" if quiet else "ok").inc()
         if not cancelled:
             self.metrics.observe(c.to_json())
             self.request_ms = 0.9 * self.request_ms + 0.1 * c.total_ms
@@ -308,6 +310,7 @@ class EngineService:
         if not netguard.origin_allowed(request.headers.get("Origin"), self.cfg.allow_origins):
             msg = "origin not allowed (see --allow-origins)"
             return openai.error(403, msg, "origin_not_allowed") if api else web.Response(status=403, text=msg + "\n")
+        request[CORS_ORIGIN] = request.headers.get("Origin")  # passed both rules: _cors may name it
         if request.method == "OPTIONS" and api:  # a browser's CORS preflight (carries no token)
             # the headers the page asks for (the origin passed above): openai-node adds x-stainless-*,
             # and which ones changes with its version
@@ -334,12 +337,19 @@ class EngineService:
         body, ctype = self.metrics.text()
         return web.Response(body=body, headers={"Content-Type": ctype})
 
+
+CORS_ORIGIN = "completer.cors_origin"  # request key: the Origin the guard let through
+
+
 async def _cors(request: web.Request, response: web.StreamResponse) -> None:
-    """Let allowed browser pages read the answers (the guard refused the other origins)."""
-    origin = request.headers.get("Origin")
+    """Let allowed browser pages read the answers: only an Origin the guard let through is named,
+    never a refused one (a page must not read its 403 either)."""
+    if request.headers.get("Origin") is None:
+        return
+    response.headers["Vary"] = "Origin"  # the answer depends on it, the refusals too
+    origin = request.get(CORS_ORIGIN)
     if origin is not None:
         response.headers["Access-Control-Allow-Origin"] = origin
-        response.headers["Vary"] = "Origin"
 
 
 def _version() -> str:
