@@ -12,7 +12,7 @@ from pathlib import Path
 from . import __version__, config, logs, netguard
 from .client import EngineError
 
-CONFIG_SCOPES = ("engine", "client", "syntax", "lsp", "serve", "trust")  # `completer config` shows every command's
+CONFIG_SCOPES = tuple(config.SCOPES)  # `completer config` shows every command's options
 
 
 class UsageError(Exception):
@@ -39,9 +39,10 @@ def read_source_file(path: str) -> str:
         raise UsageError(f"{path} is not UTF-8 (byte {e.start}); re-encode it as UTF-8") from None
 
 
-def resolve(a: argparse.Namespace, scopes: tuple[str, ...], project_start) -> config.Resolved:
+def resolve(a: argparse.Namespace, scopes: tuple[str, ...], project_start, root=None) -> config.Resolved:
     """Files < flags, with the CLI's two shorthands, under config's trust rule; warnings go to
-    stderr (the run goes on)."""
+    stderr (the run goes on). The project file is the one config.project_config_path finds from
+    `project_start` up to `root` (default: its workspace root)."""
     cli = config.from_args(a)
     if getattr(a, "greedy", False):
         cli["temperature"] = 0.0
@@ -49,7 +50,7 @@ def resolve(a: argparse.Namespace, scopes: tuple[str, ...], project_start) -> co
         cli["drafter"] = "none"
     if "token" in config.OPTIONS and "token" not in cli and config.env("COMPLETER_TOKEN") and "serve" in scopes:
         cli["token"] = config.env("COMPLETER_TOKEN")
-    layers, warnings = config.file_layers(project_start)
+    layers, warnings = config.file_layers(project_start, root)
     r = config.resolve([*layers, config.Layer("command line", cli, "cli")], scopes)
     withheld = r.engine_key()[1] if "client" in scopes else None
     for w in warnings + r.warnings + ([withheld] if withheld else []):
@@ -198,9 +199,12 @@ def cmd_options(a: argparse.Namespace) -> int:
 
 
 def cmd_config(a: argparse.Namespace) -> int:
-    """The effective values for a file (or the current directory), where each came from, and the
-    project file's values that were refused (untrusted workspace)."""
-    r = resolve(a, CONFIG_SCOPES, a.path or Path.cwd())
+    """Every option of every command for a file or workspace (default: the current directory):
+    its effective value, where it came from, and what the project file set that was not used and
+    why (config.Resolved.refused: `rule` is config.REFUSALS' key or "at_most")."""
+    if a.workspace is not None and not Path(a.workspace).is_dir():
+        raise UsageError(f"--workspace {a.workspace} is not a directory")
+    r = resolve(a, CONFIG_SCOPES, a.path or a.workspace or Path.cwd(), a.workspace)
 
     def plain(v):
         return list(v) if isinstance(v, tuple) else v
@@ -208,17 +212,17 @@ def cmd_config(a: argparse.Namespace) -> int:
     secret = {n for n in r.values if config.OPTIONS[n].meta.get("secret")}
     if a.json:
         out = {n: {"value": None if n in secret and v else plain(v), "source": r.sources[n]} for n, v in r.values.items()}
-        for n, (source, v) in r.refused.items():
-            out[n]["refused"] = {"value": None if n in secret else plain(v), "source": source,
-                                 "why": "untrusted workspace: see trusted_workspaces"}
+        for n, x in r.refused.items():
+            out[n]["refused"] = {"value": None if n in secret else plain(x.value), "source": x.source, "rule": x.rule,
+                                 "why": x.why}
         print(json.dumps(out, indent=2))
         return 0
     rows = []
     for n, v in r.values.items():
         rows.append((n, config.show(config.OPTIONS[n], v), r.sources[n]))
         if n in r.refused:
-            source, raw = r.refused[n]
-            rows.append(("", "refused: " + config.show(config.OPTIONS[n], raw), f"{source} (untrusted workspace)"))
+            x = r.refused[n]
+            rows.append(("", "refused: " + config.show(config.OPTIONS[n], x.value), f"{x.source}: {x.why}"))
     print_columns(rows)
     return 0
 
@@ -266,8 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     o = sub.add_parser("options", parents=[common], help="list the options (the one schema behind flags, LSP options, config files)")
     o.add_argument("--json-schema", action="store_true", help="print them as a JSON Schema")
     o.add_argument("--scope", action="append", choices=tuple(config.SCOPES), help="only these scopes")
-    g = sub.add_parser("config", parents=[common], help="print the effective option values and where each came from")
-    g.add_argument("path", nargs="?", help="a file or directory whose .completer.toml applies (default: cwd)")
+    g = sub.add_parser("config", parents=[common], help="print every option's effective value, where it came from, "
+                       "and what the project's .completer.toml set that was not used")
+    g.add_argument("path", nargs="?", help="a file (its workspace root found as for `complete`) or a workspace root "
+                   "directory (as the language server opens it); default: --workspace, else the current directory")
+    g.add_argument("--workspace", metavar="DIR", help="the workspace root: a .completer.toml above it never applies")
     g.add_argument("--json", action="store_true")
     config.add_arguments(g, CONFIG_SCOPES)
     a = ap.parse_args(argv)

@@ -3,19 +3,25 @@ help, choices and bounds; the CLI flags, the language server's `initializationOp
 config files and the JSON Schema that the editors' settings are checked against are generated
 from these fields, so an option is added in exactly one place.
 
-Precedence: CLI flag > initialization option > project `.completer.toml` (nearest parent
-directory of the file, or the workspace root) > user `$XDG_CONFIG_HOME/completer/config.toml`
-(else `~/.config/completer/config.toml`) > default. An unknown key or an invalid value from any
-source produces one warning naming the option, the value and what is allowed, and the value
-from the next source down is used; an option of another command (a shared user file holds
-`host` for `completer serve`) is skipped without a word. No torch here.
+Precedence: CLI flag > initialization option > project `.completer.toml` > user
+`$XDG_CONFIG_HOME/completer/config.toml` (else `~/.config/completer/config.toml`) > default. The
+project file is the nearest one from the file's directory up to the workspace root, never above
+the root (a file there came with whatever holds the workspace, not with it; `project_config_path`).
+An unknown key or an invalid value from any source produces one warning naming the option, the
+value and what is allowed, and the value from the next source down is used; an option of another
+command (a shared user file holds `host` for `completer serve`) is skipped without a word. No torch
+here.
 
 The trust boundary (this module is its one owner): a project file comes with the code the user
-cloned, so the options marked `trust` (they decide where code and keys go or what runs: engine
-URLs and keys, models, hosts, tokens, origins) are refused from it, in one warning per file,
-unless its directory is inside one of the user's `trusted_workspaces` (set in the user file, the
-editor or the command line, never in a project file). A key goes only to the engine it was set
-beside (`Resolved.engine_key`).
+cloned, so outside one of the user's `trusted_workspaces` (set in the user file, the editor or
+the command line, never in a project file) it may set only what shapes completions. Each option
+says what a project file may do with it (`opt(project=...)`, the schema's `x-project`): "yes" set
+it; "at_most" set it no higher than the user's own value (a size of one completion's work); "no"
+nothing: the options marked `trust` (they decide where code and keys go or what runs: engine URLs
+and keys, models, hosts, tokens, origins) and the bounds on memory, threads, sizes and time and
+the device, which are the user's. What a project file may not set is refused, in one warning per
+file, and `Resolved.refused` says why (`completer config` shows it). A key goes only to the engine
+it was set beside (`Resolved.engine_key`).
 """
 from __future__ import annotations
 
@@ -34,14 +40,24 @@ from .fim import FIM_FORMATS  # torch-free: the table of model families' FIM spe
 
 def opt(default: Any, help: str, *, choices: tuple[str, ...] | None = None, lo: float | None = None,
         hi: float | str | None = None, lo_open: bool = False, check: tuple[Callable[[str], bool], str] | None = None,
-        reload: bool = False, secret: bool = False, trust: bool = False) -> Any:
+        reload: bool = False, secret: bool = False, trust: bool = False, project: str = "yes") -> Any:
     """A schema field: `hi` may name another option (draft_len ≤ max_draft_len); `check` is
     (predicate, what is allowed) for strings; `reload`: changing it needs new models; `secret`:
-    never printed; `trust`: decides where code and keys go or what runs, so a project file may
-    set it only in a trusted workspace."""
+    never printed; `trust`: decides where code and keys go or what runs; `project`: what a project
+    file outside a trusted workspace may do with it, one of PROJECT_RULES ("no" for a `trust`
+    option)."""
+    if project not in PROJECT_RULES or (trust and project != "yes"):
+        raise ValueError(f"project={project!r}: one of {', '.join(PROJECT_RULES)}; a trust option is 'no' already")
     meta = {"help": help, "choices": choices, "lo": lo, "hi": hi, "lo_open": lo_open, "check": check,
-            "reload": reload, "secret": secret, "trust": trust}
+            "reload": reload, "secret": secret, "trust": trust, "project": "no" if trust else project}
     return field(default=default, metadata=meta)
+
+
+# What a project's `.completer.toml` outside a trusted workspace may do with an option: "yes" set it
+# (completion behaviour); "at_most" set it no higher than the user's own value (a size of one
+# completion's work); "no" nothing (where code and keys go; a bound on memory, threads, sizes or
+# time; the device: the user's config, the editor or the command line set them).
+PROJECT_RULES = ("yes", "at_most", "no")
 
 
 ENGINE_URL_SCHEMES = ("ws://", "wss://", "llamacpp:http://", "llamacpp:https://", "openai:http://",
@@ -56,49 +72,55 @@ class EngineConfig:
     draft: str | None = opt(None, "draft model sharing the target's tokenizer (default: the embedded pair)",
                             reload=True, trust=True)
     device: str = opt("auto", "auto (CUDA when present) | cpu | cuda[:N]", reload=True,
-                      check=(lambda v: v in ("auto", "cpu", "cuda") or v.startswith("cuda:"), "auto, cpu or cuda[:N]"))
+                      check=(lambda v: v in ("auto", "cpu", "cuda") or v.startswith("cuda:"), "auto, cpu or cuda[:N]"),
+                      project="no")
     dtype: str = opt("auto", "compute dtype; auto = fp32 on CPU, bf16 on CUDA", reload=True,
-                     choices=("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16"))
+                     choices=("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16"), project="no")
     quant: str = opt("auto", "target weights: auto (fp16 storage for a 16-bit checkpoint on CPU, else none) | "
                      "none | fp16 | fast-int8 | int4 | mixed (ours) | int8 | nf4 (bitsandbytes)", reload=True,
-                     choices=("auto", "none", "fp16", "int8", "nf4", "fast-int8", "int4", "mixed"))
+                     choices=("auto", "none", "fp16", "int8", "nf4", "fast-int8", "int4", "mixed"), project="no")
     draft_quant: str = opt("auto", "draft weights: auto (int8 where the native CPU step runs, else fp16 "
                            "where the target's auto would) | none | fp16 | int8 | int4; moves acceptance, "
-                           "never the output", reload=True, choices=("auto", "none", "fp16", "int8", "int4"))
+                           "never the output", reload=True, choices=("auto", "none", "fp16", "int8", "int4"),
+                           project="no")
     quant_groups: str = opt("embed=fp16,attn=int8,mlp=int4,head=int8",
-                            "per-module-group precision for quant=mixed (embed, attn, mlp, head)", reload=True)
+                            "per-module-group precision for quant=mixed (embed, attn, mlp, head)", reload=True,
+                            project="no")
     drafter: str = opt("combined", "combined (n-gram, fast path, then the draft model) | model | ngram | "
                        "fastpath | none (plain decoding)", reload=True,
-                       choices=("combined", "model", "ngram", "fastpath", "none"))
+                       choices=("combined", "model", "ngram", "fastpath", "none"), project="no")
     draft_len: int = opt(4, "initial draft length k, then adapted per document and syntax node", lo=1,
                          hi="max_draft_len")
-    max_draft_len: int = opt(8, "the longest draft adaptive k may choose", lo=1, hi=16)
+    max_draft_len: int = opt(8, "the longest draft adaptive k may choose", lo=1, hi=16, project="at_most")
     draft_vocab: int = opt(2048, "the draft scores only the N most frequent tokens (embedded pair; 0 = all)",
-                           lo=0, hi=1 << 20, reload=True)
-    max_new_tokens: int = opt(64, "most tokens one completion generates", lo=1, hi=4096)
+                           lo=0, hi=1 << 20, reload=True, project="no")
+    max_new_tokens: int = opt(64, "most tokens one completion generates", lo=1, hi=4096, project="at_most")
     temperature: float = opt(0.0, "0 = greedy; sampling keeps the target's distribution exactly", lo=0.0, hi=10.0)
     top_p: float = opt(1.0, "nucleus sampling mass", lo=0.0, hi=1.0, lo_open=True)
     kv_budget_mb: float = opt(256.0, "all per-document KV caches together (LRU, never exceeded)", lo=0.0,
-                              hi=1 << 20, lo_open=True)
-    lean: bool = opt(True, "the lean runner where the architecture allows (else HF's forward)", reload=True)
+                              hi=1 << 20, lo_open=True, project="no")
+    lean: bool = opt(True, "the lean runner where the architecture allows (else HF's forward)", reload=True,
+                     project="no")
     seed: int = opt(0, "sampling seed", lo=0, hi=2**63 - 1)
     fim_format: str = opt("auto", "FIM prompt format: auto (from the tokenizer and model type) or a family's "
                           "format; 'suffix' lets an OpenAI-compatible server build it", reload=True,
                           choices=("auto", *FIM_FORMATS, "suffix"))
-    max_batch: int = opt(8, "live generations whose forwards step together; 1 = serial", lo=1, hi=256)
+    max_batch: int = opt(8, "live generations whose forwards step together; 1 = serial", lo=1, hi=256,
+                         project="no")
     batch_wait_ms: float = opt(2.0, "how long a batched step waits for the other live generations", lo=0.0,
-                               hi=1000.0)
-    max_queue: int = opt(64, "requests waiting beyond this are refused (overloaded)", lo=1, hi=100_000)
+                               hi=1000.0, project="no")
+    max_queue: int = opt(64, "requests waiting beyond this are refused (overloaded)", lo=1, hi=100_000,
+                         project="no")
     batch_step_tokens: int = opt(32, "verify tokens a batched step aims at: each live generation's draft is "
-                                 "capped to its share under load (0 = no cap)", lo=0, hi=4096)
+                                 "capped to its share under load (0 = no cap)", lo=0, hi=4096, project="no")
     decode_threads: int = opt(1, "CPU threads for a decode step or verify of the target: 1 keeps each step steady "
                               "while other processes hold a core; more is faster on an otherwise idle machine "
-                              "(bench/peers.py measures both)", lo=1, hi=256, reload=True)
+                              "(bench/peers.py measures both)", lo=1, hi=256, reload=True, project="no")
     kv_cache: str = opt("f16", "the native CPU decode step's K/V cache: f16 (half the bytes a step reads at depth, as "
                         "llama.cpp's default; logits within ~1e-3 of f32) | f32 (the checkpoint's arithmetic)",
-                        choices=("f16", "f32"), reload=True)
+                        choices=("f16", "f32"), reload=True, project="no")
     warmup_chunk: int = opt(32, "warmup prefill chunk: the most an interactive request waits on it", lo=1,
-                            hi=4096)
+                            hi=4096, project="no")
     type_through: bool = opt(True, "serve the rest of the last completion when the user types it")
 
     def validate(self) -> None:
@@ -117,13 +139,16 @@ class SyntaxOptions:
     complete_in_comments: bool = opt(False, "complete inside comments")
     complete_in_strings: bool = opt(False, "complete inside string literals")
     complete_in_docstrings: bool = opt(False, "complete inside docstrings")
-    max_lines: int = opt(16, "a multi-line completion stops after this many lines", lo=1, hi=1000)
-    prefix_lines: int = opt(120, "the prefix window reaches at most this far back", lo=1, hi=100_000)
-    suffix_lines: int = opt(40, "the suffix window reaches at most this far ahead", lo=0, hi=100_000)
+    max_lines: int = opt(16, "a multi-line completion stops after this many lines", lo=1, hi=1000,
+                         project="at_most")
+    prefix_lines: int = opt(120, "the prefix window reaches at most this far back", lo=1, hi=100_000,
+                            project="at_most")
+    suffix_lines: int = opt(40, "the suffix window reaches at most this far ahead", lo=0, hi=100_000,
+                            project="at_most")
     suffix_share: float = opt(0.25, "share of the prompt budget for the suffix", lo=0.0, hi=0.9)
     header_share: float = opt(0.2, "share of the budget for imports and outline outside the window", lo=0.0,
                               hi=0.9)
-    max_siblings: int = opt(8, "sibling definitions summarised in the header", lo=0, hi=1000)
+    max_siblings: int = opt(8, "sibling definitions summarised in the header", lo=0, hi=1000, project="at_most")
     grid_lines: int = opt(16, "the prefix window starts on this line grid (stable KV-cache reuse)", lo=1,
                           hi=4096)
     parse_check: bool = opt(True, "trim what adds parse errors (re-parse with the candidate inserted)")
@@ -131,7 +156,8 @@ class SyntaxOptions:
                                 "blank lines, the line above echoed)")
     syntax_budget_ms: float = opt(250.0, "a request's time for the syntax layer's optional checks (the header "
                                   "outside the window, the parse check); once spent they are skipped and "
-                                  "--json names them in syntax_skipped; 0 skips them", lo=0.0, hi=60_000.0)
+                                  "--json names them in syntax_skipped; 0 skips them", lo=0.0, hi=60_000.0,
+                                  project="no")
 
 
 @dataclass(frozen=True)
@@ -146,56 +172,62 @@ class ClientConfig:
                                      "the engine set in the same place", reload=True, secret=True, trust=True)
     engine_model: str | None = opt(None, "model name for an OpenAI-compatible engine (default: its first)",
                                    reload=True, trust=True)
-    engine_timeout_ms: int = opt(10_000, "a remote request that takes longer fails", lo=100, hi=600_000)
+    engine_timeout_ms: int = opt(10_000, "a remote request that takes longer fails", lo=100, hi=600_000,
+                                 project="no")
     engine_retries: int = opt(2, "connection retries (with back-off) before a remote request fails", lo=0,
-                              hi=10)
+                              hi=10, project="no")
 
 
 @dataclass(frozen=True)
 class LspConfig:
     """The language server's own behaviour."""
     enable: bool = opt(True, "completions on; false answers every request empty (no restart)")
-    debounce_ms: int = opt(75, "per document; a newer request cancels the older", lo=0, hi=10_000)
+    debounce_ms: int = opt(75, "per document; a newer request cancels the older", lo=0, hi=10_000, project="no")
     warmup: bool = opt(True, "prefill the KV cache on syntax triggers while typing")
     ready_wait_ms: int = opt(30_000, "a request that arrives while the models load waits this long", lo=0,
-                             hi=600_000)
+                             hi=600_000, project="no")
     next_edit: bool = opt(True, "next-edit suggestions: the editor asks completer/nextEdit for the next change "
                           "near the cursor after an edit")
     next_edit_debounce_ms: int = opt(300, "the editor's wait after the last edit before it asks for a next edit",
-                                     lo=0, hi=10_000)
+                                     lo=0, hi=10_000, project="no")
     next_edit_format: str = opt("auto", "next-edit prompt format: auto (the embedded pair's own; else from the "
                                 "model's name or tokenizer) or a family's", choices=("auto", *EDIT_FORMATS))
     next_edit_rename: bool = opt(True, "carry a rename in the last edit to the other places of that name in its "
                                  "scope, from the syntax tree (when: next_edit_rename_first)")
     next_edit_rename_first: bool = opt(True, "the rename is suggested before the model is asked (milliseconds, "
                                        "exact); false: the model first, the rename where it suggests nothing usable")
-    next_edit_lines_above: int = opt(3, "lines above the cursor a next edit may rewrite", lo=0, hi=1000)
-    next_edit_lines_below: int = opt(20, "lines below the cursor a next edit may rewrite", lo=0, hi=1000)
+    next_edit_lines_above: int = opt(3, "lines above the cursor a next edit may rewrite", lo=0, hi=1000,
+                                     project="at_most")
+    next_edit_lines_below: int = opt(20, "lines below the cursor a next edit may rewrite", lo=0, hi=1000,
+                                     project="at_most")
     next_edit_max_lines: int = opt(40, "the most lines a next edit rewrites (the region grows to a statement's end "
-                                   "within it)", lo=1, hi=1000)
+                                   "within it)", lo=1, hi=1000, project="at_most")
 
 
 @dataclass(frozen=True)
 class ServeConfig:
     """`completer serve`: the engine service's network side."""
     host: str = opt("127.0.0.1", "address to bind; a non-loopback host needs a token", trust=True)
-    port: int = opt(7421, "port (0 = any free port, printed on start)", lo=0, hi=65535)
+    port: int = opt(7421, "port (0 = any free port, printed on start)", lo=0, hi=65535,
+                    project="no")  # where the service is found: the user's, as the host is
     token: str | None = opt(None, "auth token (required for a non-loopback host; env COMPLETER_TOKEN)",
                             secret=True, trust=True)
     allow_origins: tuple[str, ...] = opt((), "browser Origins allowed besides localhost pages ('*' = any)",
                                          trust=True)
     allow_hosts: tuple[str, ...] = opt((), "Host header names accepted besides IP addresses, localhost and the "
                                        "bound host (DNS rebinding guard; '*' = any)", trust=True)
-    max_frame_bytes: int = opt(4 * 2**20, "larger frames get a too_large error", lo=1024, hi=1 << 30)
-    max_inflight: int = opt(64, "requests in flight per connection", lo=1, hi=10_000)
+    max_frame_bytes: int = opt(4 * 2**20, "larger frames get a too_large error", lo=1024, hi=1 << 30,
+                               project="no")
+    max_inflight: int = opt(64, "requests in flight per connection", lo=1, hi=10_000, project="no")
 
 
 @dataclass(frozen=True)
 class TrustConfig:
-    """Which workspaces' project files may set the trust options; read by every command."""
+    """Which workspaces' project files may set every option (but this one); read by every command."""
     trusted_workspaces: tuple[str, ...] = opt((), "directories (absolute, ~ expands) whose .completer.toml, and "
                                               "those below them, may set the options that decide where code and "
-                                              "keys go (engine, keys, models, hosts)", trust=True)
+                                              "keys go (engine, keys, models, hosts) and the bounds on memory, "
+                                              "threads, sizes, time and the device", trust=True)
 
 
 @dataclass(frozen=True)
@@ -203,10 +235,11 @@ class WorkspaceOptions:
     """The workspace index and cross-file context (completer/workspace)."""
     cross_file: bool = opt(True, "add definitions and snippets from other files of the workspace to the prompt")
     cross_file_share: float = opt(0.3, "share of the prompt budget for cross-file context", lo=0.0, hi=0.9)
-    cross_file_max_files: int = opt(8, "other files cross-file context may draw from", lo=1, hi=100)
+    cross_file_max_files: int = opt(8, "other files cross-file context may draw from", lo=1, hi=100,
+                                    project="at_most")
     index_memory_mb: float = opt(64.0, "the workspace index's memory bound (estimated; files beyond it are "
-                                 "not indexed)", lo=1.0, hi=1 << 16)
-    index_max_file_kb: int = opt(512, "larger files are not indexed", lo=1, hi=1 << 20)
+                                 "not indexed)", lo=1.0, hi=1 << 16, project="no")
+    index_max_file_kb: int = opt(512, "larger files are not indexed", lo=1, hi=1 << 20, project="no")
 
 
 SCOPES: dict[str, type] = {"engine": EngineConfig, "client": ClientConfig, "syntax": SyntaxOptions,
@@ -237,6 +270,8 @@ def _option(scope: str, cls: type, f: Field) -> Option:
     if optional:
         base = args[0]
     default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+    if f.metadata["project"] == "at_most" and base not in (int, float):
+        raise TypeError(f"{f.name}: project='at_most' needs a number")
     return Option(f.name, scope, tuple if base is tuple else base, optional, default, f.metadata)
 
 
@@ -304,14 +339,31 @@ class Layer(NamedTuple):
     kind: str
 
 
+class Refusal(NamedTuple):
+    """A value a project file set and was not used."""
+    source: str   # the project file
+    value: Any    # as the file gives it
+    rule: str     # a key of REFUSALS, or "at_most"
+    why: str      # in words: REFUSALS[rule], or for "at_most" the user's value that stays
+
+
+# Why a project file's value is not used, by the rule that refused it (the warning groups by these).
+REFUSALS = {
+    "trust": "a project's file may not decide where your code and keys go or what runs",
+    "bound": "a project's file may not set the bounds on your machine's memory, threads, sizes and time, or the "
+             "device",
+    "widen": "a project's file never widens trust, even a trusted one's",
+}
+
+
 @dataclass
 class Resolved:
     """Effective values, where each came from, and the warnings the sources produced."""
     values: dict[str, Any]
     sources: dict[str, str]
     warnings: list[str]
-    kinds: dict[str, str] = field(default_factory=dict)                 # option → its source's Layer.kind
-    refused: dict[str, tuple[str, Any]] = field(default_factory=dict)   # option → (project file, value)
+    kinds: dict[str, str] = field(default_factory=dict)        # option → its source's Layer.kind
+    refused: dict[str, Refusal] = field(default_factory=dict)  # option → what a project file set, not used
     layers: tuple[Layer, ...] = ()
 
     def build(self, cls: type):
@@ -346,8 +398,10 @@ class Resolved:
 
 
 def resolve(layers: Iterable[Layer], scopes: Iterable[str] = SCOPES) -> Resolved:
-    """Merge sources, lowest precedence first. The `trust` scope is always read: a project layer
-    sets the trust options only inside a workspace the other layers trust."""
+    """Merge sources, lowest precedence first. The `trust` scope is always read. A project layer
+    outside a workspace the other layers trust sets only what its options' `project` rule allows:
+    an "at_most" value above the one set so far (the user's, or the default) is refused, so the
+    user's stays."""
     layers = tuple(layers)
     wanted = {*scopes, "trust"}
     known = {n: o for n, o in OPTIONS.items() if o.scope in wanted}
@@ -355,7 +409,7 @@ def resolve(layers: Iterable[Layer], scopes: Iterable[str] = SCOPES) -> Resolved
     sources = dict.fromkeys(known, "default")
     kinds = dict.fromkeys(known, "default")
     warnings: list[str] = []
-    refused: dict[str, tuple[str, Any]] = {}
+    refused: dict[str, Refusal] = {}
     trusted = _trusted_dirs(layers)
     for layer in layers:
         source, raw = layer.source, layer.values
@@ -370,20 +424,23 @@ def resolve(layers: Iterable[Layer], scopes: Iterable[str] = SCOPES) -> Resolved
                     warnings.append(f"{source}: option {name!r} is for {OPTIONS[name].scope} and not read here; "
                                     "ignored")
                 continue
-            if layer.kind == "project" and (untrusted and o.meta["trust"] or name == "trusted_workspaces"):
-                refused[name] = (source, value)  # (a project never trusts projects, even a trusted one)
+            if layer.kind == "project" and (name == "trusted_workspaces" or untrusted and o.meta["project"] == "no"):
+                rule = "widen" if name == "trusted_workspaces" else "trust" if o.meta["trust"] else "bound"
+                refused[name] = Refusal(source, value, rule, REFUSALS[rule])
                 continue
             ok, v = coerce(o, value, values)
             if not ok:
                 warnings.append(f"{source}: option {name!r} = {show(o, value)} is invalid (allowed: "
                                 f"{_allowed(o, values)}); using {show(o, values[name])} ({sources[name]})")
                 continue
+            if untrusted and o.meta["project"] == "at_most" and v > values[name]:
+                refused[name] = Refusal(source, value, "at_most", f"{v!r} is above your {values[name]!r} "
+                                        f"({sources[name]}), which is used")
+                continue
             values[name], sources[name], kinds[name] = v, source, layer.kind
-        names = [n for n in refused if refused[n][0] == source]
-        if names:
-            warnings.append(f"{source}: {', '.join(names)} not used: a project's file may not decide where your "
-                            "code and keys go or what runs; to allow it, add its directory to trusted_workspaces "
-                            f"in {user_config_path()}")
+        said = _refusal_warning(source, {n: r for n, r in refused.items() if r.source == source})
+        if said:
+            warnings.append(said)
     for name, o in known.items():  # bounds that depend on another option (draft_len ≤ max_draft_len)
         if isinstance(o.meta.get("hi"), str) and not coerce(o, values[name], values)[0]:
             fallback = o.default if coerce(o, o.default, values)[0] else values[o.meta["hi"]]
@@ -391,6 +448,18 @@ def resolve(layers: Iterable[Layer], scopes: Iterable[str] = SCOPES) -> Resolved
                             f"{_allowed(o, values)}); using {fallback!r}")
             values[name], sources[name], kinds[name] = fallback, "default", "default"
     return Resolved(values, sources, warnings, kinds, refused, layers)
+
+
+def _refusal_warning(source: str, refused: Mapping[str, Refusal]) -> str | None:
+    """One line for what a project file set and was not used, grouped by why."""
+    parts = [f"{', '.join(n for n, r in refused.items() if r.rule == rule)} not used: {why}"
+             for rule, why in REFUSALS.items() if any(r.rule == rule for r in refused.values())]
+    parts += [f"{n} = {r.why}" for n, r in refused.items() if r.rule == "at_most"]
+    if not parts:
+        return None
+    hint = "" if all(r.rule == "widen" for r in refused.values()) else \
+        f"; to allow them, add its directory to trusted_workspaces in {user_config_path()}"
+    return f"{source}: " + "; ".join(parts) + hint
 
 
 def _trusted_dirs(layers: tuple[Layer, ...]) -> list[Path]:
@@ -484,28 +553,60 @@ def user_config_path() -> Path:
     return Path(base) / "completer" / "config.toml"
 
 
-def project_config_path(start: str | Path | None) -> Path | None:
-    """The nearest `.completer.toml` in `start` (a file or directory) or a parent directory."""
+PROJECT_FILE = ".completer.toml"
+MAX_CONFIG_BYTES = 1 << 20  # a config file is a few hundred bytes; a larger one is not read, whatever it holds
+
+
+def workspace_root(start: str | Path) -> Path:
+    """The workspace root of `start`: a directory is its own (the language server's workspace
+    folder, `completer serve`'s working directory); a file's is the root `completer complete`
+    finds for it (completer.workspace.find_root: the nearest parent with a project marker)."""
+    p = Path(start).resolve()
+    if p.is_dir():
+        return p
+    from .workspace.files import find_root  # the one owner of the root markers
+
+    return find_root(p)
+
+
+def project_config_path(start: str | Path | None, root: str | Path | None = None) -> Path | None:
+    """The `.completer.toml` that applies to `start` (a file, or a workspace root directory): the
+    nearest in its directory or a parent up to the workspace root (`root`, else
+    workspace_root(start)), never one above the root: that came with whatever holds the
+    workspace, not with it. None when `start` is outside the root."""
     if start is None:
         return None
     p = Path(start).resolve()
-    for d in ([p] if p.is_dir() else []) + list(p.parents):
-        if (d / ".completer.toml").is_file():
-            return d / ".completer.toml"
-    return None
+    top = Path(root).resolve() if root is not None else workspace_root(p)
+    d = p if p.is_dir() else p.parent
+    if d != top and top not in d.parents:
+        return None
+    while True:
+        if os.path.lexists(d / PROJECT_FILE):
+            return d / PROJECT_FILE
+        if d == top:
+            return None
+        d = d.parent
 
 
 def read_toml(path: Path | None) -> tuple[dict[str, Any], list[str]]:
     """A config file's keys: top-level keys and those of a `[completer]` table (the table's win,
-    with a warning, where both set one); a UTF-8 BOM is allowed; a broken file is a warning."""
-    if path is None or not path.is_file():
+    with a warning, where both set one); a UTF-8 BOM is allowed; a broken file is a warning, and
+    so are a file that is not a regular one (a FIFO, a device) and one over MAX_CONFIG_BYTES."""
+    if path is None or not os.path.lexists(path):
         return {}, []
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - Python 3.10
         import tomli as tomllib
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
+        if not path.is_file():
+            return {}, [f"{path}: not a regular file; ignored"]
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            return {}, [f"{path}: larger than {MAX_CONFIG_BYTES >> 20} MiB; ignored"]
+        data = tomllib.loads(data.decode("utf-8-sig"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         return {}, [f"{path}: cannot read it ({e}); ignored"]
     table = data.pop("completer", None)
@@ -517,10 +618,17 @@ def read_toml(path: Path | None) -> tuple[dict[str, Any], list[str]]:
     return {**data, **table}, warnings
 
 
-def file_layers(project_start: str | Path | None) -> tuple[list[Layer], list[str]]:
-    """[user file, project file] layers, lowest first, and their read warnings."""
+def file_layers(project_start: str | Path | None, root: str | Path | None = None) -> tuple[list[Layer], list[str]]:
+    """[user file, project file] layers, lowest first, and their read warnings. The project file
+    is project_config_path(project_start, root); one that resolves outside the root (a link out
+    of it) is not read."""
+    top = None if project_start is None else Path(root).resolve() if root is not None else workspace_root(project_start)
+    project = project_config_path(project_start, top)
     layers, warnings = [], []
-    for path, kind in ((user_config_path(), "user"), (project_config_path(project_start), "project")):
+    if project is not None and top not in _real(project).parents:
+        warnings.append(f"{project}: leads outside the workspace {top}; not read")
+        project = None
+    for path, kind in ((user_config_path(), "user"), (project, "project")):
         values, w = read_toml(path)
         warnings += w
         if values:
@@ -530,7 +638,8 @@ def file_layers(project_start: str | Path | None) -> tuple[list[Layer], list[str
 
 def json_schema(scopes: Iterable[str] = SCOPES) -> dict:
     """The options as a JSON Schema (draft 2020-12); `x-scope` says which part reads each one,
-    `x-trust` marks the options a project file may not set (editors restrict them the same way)."""
+    `x-trust` marks the options that decide where code and keys go (editors restrict them in an
+    untrusted workspace), `x-project` what a project file may do with each (PROJECT_RULES)."""
     props = {}
     names = {bool: "boolean", int: "integer", float: "number", str: "string", tuple: "array"}
     for o in (o for o in OPTIONS.values() if o.scope in set(scopes)):
@@ -554,6 +663,7 @@ def json_schema(scopes: Iterable[str] = SCOPES) -> dict:
             p["x-reload"] = True
         if m.get("trust"):
             p["x-trust"] = True
+        p["x-project"] = m["project"]
         props[o.name] = p
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "completer options",
             "type": "object", "properties": props, "additionalProperties": False}

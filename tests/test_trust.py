@@ -2,8 +2,10 @@
 an attacker (a fake HTTP server on 127.0.0.1 that records every request) must not receive the
 user's code or keys from the real `completer-lsp` (stdio) or `completer complete`; the refusal is
 one warning. Trusting the workspace in the user's own config lets the same file choose the
-engine, and then only the key set beside that engine travels, never the user's env key.
-`completer serve` never names an Origin it refused in Access-Control-Allow-Origin."""
+engine, and then only the key set beside that engine travels, never the user's env key. Nor does
+the repository set the user's bounds (threads, memory, time, the device) in the language server,
+nor does a `.completer.toml` above its root apply; and `completer serve` never names an Origin it
+refused in Access-Control-Allow-Origin."""
 from __future__ import annotations
 
 import http.client
@@ -18,6 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from completer import config
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_KEY = "user-secret-key-123"  # the user's env key: must never reach the attacker
@@ -237,6 +241,33 @@ def test_a_settings_change_of_engine_does_not_carry_the_user_files_key(tmp_path,
         assert all("Authorization" not in h for _, _, h, _ in other.got)
     finally:
         other.close()
+
+
+def test_the_language_server_takes_no_bound_from_the_project_nor_a_file_above_its_root(tmp_path):
+    """Issue 35, item 10, through the real server: the options it runs with (completer/stats) keep
+    the user's bounds, a size above the user's is refused, what shapes completions applies, and
+    the directory holding the workspace says nothing; one message names what was refused."""
+    holder = tmp_path / "holder"
+    ws = holder / "ws"
+    ws.mkdir(parents=True)
+    (holder / ".completer.toml").write_text("complete_in_comments = true\nmax_siblings = 1\n")
+    (ws / ".completer.toml").write_text('decode_threads = 256\ndevice = "cuda"\ndebounce_ms = 10000\n'
+                                        "index_memory_mb = 65536\nkv_budget_mb = 65536\nmax_new_tokens = 4096\n"
+                                        "max_lines = 3\n")
+    lsp = start_lsp(env_for(tmp_path), ws, {"engine": "openai:http://127.0.0.1:9/v1", "engine_retries": 0})
+    try:
+        options = lsp.request("completer/stats", {})["options"]
+    finally:
+        lsp.close()
+    defaults = {n: config.OPTIONS[n].default for n in ("decode_threads", "device", "debounce_ms", "index_memory_mb",
+                                                       "kv_budget_mb", "max_new_tokens", "complete_in_comments",
+                                                       "max_siblings")}
+    assert {n: options[n] for n in defaults} == defaults
+    assert options["max_lines"] == 3  # completion behaviour within the user's bounds
+    said = [m for m in lsp.shown if ".completer.toml" in m]
+    assert len(said) == 1 and str(ws / ".completer.toml") in said[0], lsp.shown
+    assert "decode_threads, device, debounce_ms, index_memory_mb, kv_budget_mb not used" in said[0]
+    assert "max_new_tokens = 4096 is above your 64 (default)" in said[0] and "trusted_workspaces" in said[0]
 
 
 def test_serve_never_names_a_refused_origin_in_its_answer(tmp_path):
