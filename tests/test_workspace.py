@@ -360,21 +360,21 @@ def test_a_document_nobody_indexed_and_one_outside(tmp_path):
 
 
 def test_a_file_that_changes_while_it_is_read(tmp_path, monkeypatch):
-    import completer.workspace.index as index_module
+    import completer.workspace.files as files_module
 
     write(tmp_path, {"m.py": "def old(): pass\n"})
-    real = index_module.read_source
+    real = files_module._read_fd
     calls = []
 
-    def racing(path, max_bytes):
-        text = real(path, max_bytes)
+    def racing(fd, n):
+        data = real(fd, n)
         if not calls:  # a writer saves while the first read is under way
-            path.write_text("def new(): pass\n")
-            os.utime(path, ns=(1, 1))
-        calls.append(text)
-        return text
+            (tmp_path / "m.py").write_text("def new(): pass\n")
+            os.utime(tmp_path / "m.py", ns=(1, 1))
+        calls.append(data)
+        return data
 
-    monkeypatch.setattr(index_module, "read_source", racing)
+    monkeypatch.setattr(files_module, "_read_fd", racing)
     ix = index(tmp_path)
     assert [d.name for d in ix._outlines["m.py"].definitions] == ["new"] and len(calls) == 2
 

@@ -1,7 +1,16 @@
 """The workspace index: file → outline (definitions and imports), kept current from the editor's
 live text and from disk, bounded in memory, built in the background; and the ring of recently
 edited and viewed files that similarity snippets come from. No torch here: it lives in the
-language server's process.
+language server's process. What it reads from disk, and which paths it takes at all, follow the
+rules of completer.workspace.files (inside the root once resolved, regular files, bounded reads,
+UTF-8 names).
+
+The walk (files.Walk) goes nearest the open files first and stops at its bounds on files and
+entries, or when the memory bound is reached: it never evicts what it indexed to walk on (that
+traded the shallow files it meant to keep for deeper ones); `stats()["partial"]` then says how much
+of the workspace is indexed. The editor's files are indexed even at the bound (the least
+recently indexed others make room).
+
 
 Threads: the builder thread is the only one that parses while it runs; `update` and `remove`
 queue work for it (the latest text of a path wins) and `retrieve` reads under the lock what is
@@ -22,7 +31,7 @@ from tree_sitter import Parser
 
 from ..config import WorkspaceOptions
 from ..documents import MAX_PARSE_BYTES, Snapshot, encode, is_binary, language_for, ts_language
-from .files import read_source, walk
+from .files import Walk, nameable, read_bytes, read_source, resolve
 from .outline import Outline, outline
 from .resolve import Resolver, python_module_name
 from .retrieve import Snippet, View, retrieve
@@ -69,13 +78,17 @@ class WorkspaceIndex:
         self._thread: threading.Thread | None = None
         self._closed = False
         self.used = 0            # estimated bytes the outlines hold
-        self.complete = False    # the walk has finished (or stopped at the memory bound)
+        self.complete = False    # the walk has finished (or stopped at a bound)
         self.full = False        # the memory bound stopped the walk or evicted files
-        self.go_module = _go_module(self.root)
+        self._walker = Walk(self.root, self.max_bytes)
+        self._walk_full = False  # the memory bound stopped the walk
+        self.go_module = _go_module(self.root, self.max_bytes)
 
     # -- paths ------------------------------------------------------------------------------------------
     def rel(self, path: str | Path) -> str | None:
-        """`path` relative to the root ('/'-separated), None outside it."""
+        """`path` relative to the root ('/'-separated), as the index names it (links not followed:
+        a link inside the root is a file of its own name); None outside the root or for a name
+        the index cannot carry (files.nameable). Whether it may be read is files.resolve's call."""
         if isinstance(path, str) and path in self._outlines:  # already relative (the common case)
             return path
         p = Path(path)
@@ -85,7 +98,7 @@ class WorkspaceIndex:
             r = Path(posixpath.normpath(p.as_posix())).relative_to(self.root)
         except ValueError:
             return None
-        return r.as_posix() if r.parts and r.parts[0] != ".." else None
+        return r.as_posix() if r.parts and r.parts[0] != ".." and nameable(r.as_posix()) else None
 
     # -- the editor's side ------------------------------------------------------------------------------
     def update(self, path: str | Path, text: str | None = None, recent: bool = False) -> bool:
@@ -96,11 +109,15 @@ class WorkspaceIndex:
         rel = self.rel(path)
         if rel is None or language_for(None, rel) is None:
             return False
+        if resolve(self.root, rel) is None:  # a link out of the root: neither its text nor the disk's is kept
+            self.remove(rel)
+            return False
         with self._lock:
             if text is None and rel in self._live:
                 return True  # an open document: its live text stands
             if text is not None:
                 self._live.add(rel)
+                self._walker.near(rel)
                 if recent:
                     self._remember(rel, text)
             if self._thread is not None:
@@ -134,8 +151,8 @@ class WorkspaceIndex:
         """Cross-file snippets for a completion at byte `cursor_byte` of `text` (the document's
         live text), at most `budget` tokens together; [] when cross-file context is off."""
         rel = self.rel(doc_path)
-        if rel is None or not self.options.cross_file or budget <= 0:
-            return []  # a file outside the workspace has no imports into it
+        if rel is None or not self.options.cross_file or budget <= 0 or resolve(self.root, rel) is None:
+            return []  # a file outside the workspace (or a link out of it) has no imports into it
         offset = _char_offset(text, cursor_byte)
         with self._lock:
             known = rel in self._outlines
@@ -180,9 +197,29 @@ class WorkspaceIndex:
             self._thread.join(timeout=5)
 
     def stats(self) -> dict:
+        """`partial`: "partial: N of at least M files (the bound that stopped the walk)", None
+        when the walk saw every file (or is still walking); `found`: the files worth indexing the
+        walk saw; `ignore_patterns`, `ignores_cut`: .gitignore patterns kept, files read in part;
+        `skipped_names`: names that are not UTF-8."""
+        w = self._walker
         with self._lock:
             return {"files": len(self._outlines), "bytes": self.used, "complete": self.complete,
-                    "full": self.full, "recent": len(self._recent)}
+                    "full": self.full, "recent": len(self._recent), "partial": self._partial(),
+                    "found": w.found, "ignore_patterns": w.patterns, "ignores_cut": w.cut_ignores,
+                    "skipped_names": w.odd_names}
+
+    def _partial(self) -> str | None:
+        w = self._walker
+        if self._walk_full:
+            why = f"index_memory_mb {self.options.index_memory_mb:g} reached"
+        elif w.stopped == "files":
+            why = f"a walk indexes at most {w.max_files} files" + (" under / or a home directory" if w.broad else "")
+        elif w.stopped == "entries":
+            why = f"a walk reads at most {w.max_entries} directory entries"
+        else:
+            return None
+        n = len(self._outlines)
+        return f"partial: {n} of at least {max(n, w.found)} files ({why}; nearest the open files first)"
 
     def _run(self) -> None:
         self._walk(self._drain)
@@ -206,17 +243,15 @@ class WorkspaceIndex:
     def _walk(self, between: Callable[[], None]) -> None:
         self._progress("begin", "indexing the workspace")
         n = 0
-        for rel, _ in walk(self.root, self.max_bytes):
+        for rel in self._walker:
             between()
             with self._lock:
                 if self._closed:
                     return
-                if self.used >= self.memory_bound:
-                    self.full = True
-                    break
                 if rel in self._outlines or rel in self._pending:
                     continue
-            self._index(rel, None)
+            if not self._index(rel, None, walking=True):
+                break
             time.sleep(BUILD_PAUSE_S)
             n += 1
             if n % PROGRESS_EVERY == 0:
@@ -224,8 +259,8 @@ class WorkspaceIndex:
         with self._lock:
             self.complete = True
             self._wake.notify_all()
-        self._progress("end", f"{len(self._outlines)} files" + (" (memory bound reached)" if self.full else ""),
-                       len(self._outlines))
+            n, message = len(self._outlines), self._partial()
+        self._progress("end", message or f"{n} files", n)
 
     def _progress(self, kind: str, message: str, n: int = 0) -> None:
         if self.on_progress is not None:
@@ -235,33 +270,40 @@ class WorkspaceIndex:
                 log.exception("workspace index: progress report failed")
 
     # -- one file -------------------------------------------------------------------------------------
-    def _index(self, rel: str, text: str | None) -> None:
+    def _index(self, rel: str, text: str | None, walking: bool = False) -> bool:
+        """(Re)index `rel` from `text` or the disk. False: a file of the walk the memory bound
+        has no room for (it is not kept, and the walk stops)."""
         if text is None:
             with self._lock:
                 if rel in self._live:  # an open document's text beats the disk's
-                    return
-            text = _read_stable(self.root / rel, self.max_bytes)
-            if text is None:  # gone, unreadable, binary or huge
+                    return True
+            text = read_source(self.root, rel, self.max_bytes)
+            if text is None:  # gone, out of the root, not a regular file, unreadable, binary or huge
                 with self._lock:
                     self._drop(rel)
-                return
+                return True
         elif len(text) > self.max_bytes:
-            return
+            return True
         else:
             self._windows(rel, text)
         with self._lock:
             old = self._outlines.get(rel)
             if old is not None and old.stamp == hash(text):
                 self._lru.move_to_end(rel)
-                return
+                return True
         o = outline(rel, _parse(text, language_for(None, rel)))  # outside the lock
         with self._lock:
             if self._closed:
-                return
+                return True
             self._drop(rel)
             self._put(o)
+            if walking and self.used > self.memory_bound:
+                self._drop(rel)
+                self.full = self._walk_full = True
+                return False
             while self.used > self.memory_bound and self._evict(keep=rel):
                 self.full = True
+        return True
 
     def _put(self, o: Outline) -> None:
         rel = o.path
@@ -358,29 +400,11 @@ def _discard(m: dict[str, list[str]], key: str, rel: str) -> None:
             del m[key]
 
 
-def _read_stable(path: Path, max_bytes: int) -> str | None:
-    """The file's text, read again when it changed while being read (a writer mid-save)."""
-    for _ in range(3):
-        try:
-            before = path.stat().st_mtime_ns
-        except OSError:
-            return None
-        text = read_source(path, max_bytes)
-        try:
-            if path.stat().st_mtime_ns == before:
-                return text
-        except OSError:
-            return None
-    return text
-
-
-def _go_module(root: Path) -> str:
-    try:
-        for line in (root / "go.mod").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("module "):
-                return line.split()[1].strip('"')
-    except (OSError, IndexError):
-        pass
+def _go_module(root: Path, max_bytes: int) -> str:
+    data = read_bytes(root, "go.mod", max_bytes)  # as any file of the root: a FIFO named go.mod must not block here
+    for line in (data or b"").decode("utf-8", errors="replace").splitlines():
+        if line.startswith("module ") and len(line.split()) > 1:
+            return line.split()[1].strip('"')
     return ""
 
 
