@@ -4,6 +4,8 @@ the `symbols.scm` and `bindings.scm` queries of its language. An outline keeps n
 what the index holds per file is a few hundred bytes per definition."""
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 
 from tree_sitter import Node, QueryCursor
@@ -182,17 +184,29 @@ def _header(snap: Snapshot, node: Node, body: Node | None) -> str:
     return sig
 
 
+_STRING_QUOTES = re.compile(r'[rRbBuUfF]{0,2}("""|\'\'\'|"|\')')
+
+
 def _doc(snap: Snapshot, start: Node, body: Node | None) -> str:
     """First line of a Python docstring, else of the doc comments above the definition."""
     if snap.language == "python":
         first = body.named_children[0] if body is not None and body.named_children else None
         if first is not None and first.type == "expression_statement" and first.named_children \
                 and first.named_children[0].type == "string":
-            return _first_line(_text(snap, first.named_children[0]).strip("\"'rbuRBU \n"))
+            return _first_line(_string_body(_text(snap, first.named_children[0])))
         return ""
     if "comment" in start.type:
         return _first_line(_text(snap, start).lstrip("/*!# ").strip())
     return ""
+
+
+def _string_body(literal: str) -> str:
+    """A string literal's text without its prefix letters and quotes (stripping the letters
+    r, b, u from both ends as characters cut "Return ..." to "eturn ...")."""
+    m = _STRING_QUOTES.match(literal)
+    body = literal[m.end():] if m else literal
+    q = m.group(1) if m else ""
+    return body[: -len(q)] if q and body.endswith(q) else body
 
 
 def _first_line(s: str) -> str:
