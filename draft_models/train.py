@@ -41,19 +41,24 @@ def llama_config(shape: ModelShape, vocab_size: int, ctx: int, tok: Tokenizer) -
 
 
 class SampleStream:
-    """Batches of plain and FIM samples cut from whole files, weighted by file length.
+    """Batches of plain, FIM and repository-level samples cut from whole files, weighted by file
+    length.
 
     FIM samples use two layouts; SPM is the one inference uses because the prefix ends the
     prompt, so typing at the cursor only appends tokens and the KV cache keeps everything else:
       SPM: <fim_suffix> suffix <fim_middle> prefix middle <eot>
       PSM: <fim_prefix> prefix <fim_suffix> suffix <fim_middle> middle <eot>
+    Repository-level samples (`repo`: records of completer.workspace.samples, a `repo_rate` of
+    the rows) put the chunks the product retrieved at the hole before the prefix, each as the
+    engine writes it for this pair ("# path\ntext\n\n", completer/fim.py), in SPM.
     Parts are tokenized separately, as at inference where the prompt ends at the cursor.
     """
 
     def __init__(self, texts: list[str], tok: Tokenizer, seq_len: int, seed: int,
-                 fim_rate: float = 0.5, spm_rate: float = 0.7):
+                 fim_rate: float = 0.5, spm_rate: float = 0.7, repo: list[dict] = (), repo_rate: float = 0.0):
         self.texts, self.tok, self.seq_len, self.seed = texts, tok, seq_len, seed
         self.fim_rate, self.spm_rate = fim_rate, spm_rate
+        self.repo, self.repo_rate = list(repo), repo_rate if repo else 0.0
         self.cum = []
         total = 0
         for t in texts:
@@ -66,6 +71,8 @@ class SampleStream:
         return self.tok.encode(s).ids if s else []
 
     def sample(self, rng: random.Random) -> list[int]:
+        if self.repo_rate and rng.random() < self.repo_rate:
+            return self._repo_sample(rng.choice(self.repo), rng)
         off = rng.randrange(self.cum[-1])
         i = bisect.bisect_right(self.cum, off)
         text = self.texts[i]
@@ -78,15 +85,30 @@ class SampleStream:
             out = self._enc(chunk) + ([ids[EOT]] if at_end else [])
             return out[:T]
         sp = random_fim_split(chunk, rng)
-        pre, mid, suf = self._enc(sp.prefix), self._enc(sp.middle), self._enc(sp.suffix)
+        return self._fim(self._enc(sp.prefix), self._enc(sp.middle), self._enc(sp.suffix),
+                         rng.random() < self.spm_rate)
+
+    def _fim(self, pre: list[int], mid: list[int], suf: list[int], spm: bool, head: list[int] = ()) -> list[int]:
+        """One FIM row: the middle up to a third of the window, the suffix's first tokens (at
+        least a quarter of the room), the chunks `head` whole, the prefix's last tokens."""
+        T, ids = self.seq_len, self.ids
         mid = mid[: T // 3]
-        room = T - 4 - len(mid)
+        room = T - 4 - len(mid) - len(head)
         suf_keep = min(len(suf), max(room // 4, room - len(pre)))
-        pre = pre[len(pre) - min(len(pre), room - suf_keep):]
+        pre = list(head) + pre[len(pre) - min(len(pre), room - suf_keep):]
         suf = suf[:suf_keep]
-        if rng.random() < self.spm_rate:
+        if spm:
             return [ids[FIM_SUFFIX]] + suf + [ids[FIM_MIDDLE]] + pre + mid + [ids[EOT]]
         return [ids[FIM_PREFIX]] + pre + [ids[FIM_SUFFIX]] + suf + [ids[FIM_MIDDLE]] + mid + [ids[EOT]]
+
+    def _repo_sample(self, rec: dict, rng: random.Random) -> list[int]:
+        head: list[int] = []
+        for path, text in rec["chunks"]:  # whole chunks, in order, within half the window (engine/prompt.py)
+            piece = self._enc(f"# {path}\n{text if text.endswith(chr(10)) else text + chr(10)}\n")
+            if len(head) + len(piece) > self.seq_len // 2:
+                break
+            head += piece
+        return self._fim(self._enc(rec["prefix"]), self._enc(rec["middle"]), self._enc(rec["suffix"]), True, head)
 
     def batch(self, step: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         rng = random.Random(self.seed * 1_000_003 + step)
