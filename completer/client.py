@@ -49,8 +49,10 @@ class Completion:
     speculative: bool = False
     prompt_tokens: int = 0
     prefill_tokens: int = 0           # prompt tokens computed (the rest came from a cache)
-    stop_reason: str = ""             # eos | length | stop | degenerate | cancelled | superseded | ...
+    stop_reason: str = ""             # eos | length | stop | degenerate | unsure | cancelled | superseded | ...
     token_ids: list[int] = field(default_factory=list)  # empty when the engine does not say
+    confidence: float | None = None   # the least sure shown token's probability (None: the engine gave no scores)
+    unsure_text: str = ""             # what the confidence gate held back (completer/confidence.py)
     extra: dict = field(default_factory=dict)
     syntax: SyntaxDecision | None = None
 
@@ -68,7 +70,8 @@ class Completion:
 
 
 _FIELDS = ("text", "new_tokens", "target_forwards", "accepted_per_forward", "ttft_ms", "total_ms",
-           "speculative", "prompt_tokens", "prefill_tokens", "stop_reason", "token_ids")
+           "speculative", "prompt_tokens", "prefill_tokens", "stop_reason", "token_ids", "confidence",
+           "unsure_text")
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,10 @@ class EngineConfig:
     warmup_chunk: int = opt(32, "warmup prefill chunk: the most an interactive request waits on it", lo=1,
                             hi=4096, project="no")
     type_through: bool = opt(True, "serve the rest of the last completion when the user types it")
+    min_confidence: float | None = opt(None, "show a completion only up to the first token the model gives a "
+                                       "lower probability (nothing when no word is left); unset: the model's "
+                                       "calibrated value (completer_min_confidence in its config.json), else off; "
+                                       "0 = off", lo=0.0, hi=1.0)
 
     def validate(self) -> None:
         """Raise EngineError for a value outside the schema (code that builds a config by hand)."""

@@ -223,17 +223,23 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
         spans=tuple((s.kind, s.start + start, s.end + start) for s in ctx.spans),
         context=tuple(e.as_dict() for e in prompt.context), skipped=ctx.skipped + post.skipped, raw_text=raw,
         postprocess=post.reason, parse_errors_before=post.errors_before, parse_errors_after=post.errors_after,
-        dropped=_dropped(stop.generated, raw if cut is None else raw[:cut], stop.reason, post), syntax_ms=round((t1 - t0) * 1e3, 3),
+        dropped=_dropped(stop.generated, raw if cut is None else raw[:cut], stop.reason, post, comp),
+        syntax_ms=round((t1 - t0) * 1e3, 3),
         engine_total_ms=round((t2 - t1) * 1e3, 3), postprocess_ms=round((t3 - t2) * 1e3, 3))
     comp.text = post.text
     comp.total_ms = (t3 - t0) * 1e3
     return comp
 
 
-def _dropped(generated: str, kept: str, stop_reason: str | None, post: Post) -> Dropped | None:
-    """Which rule left nothing to show of a generated completion: the stop (degenerate or syntax)
-    when it kept nothing, else post-processing; None when something shows or nothing was generated."""
-    if not generated or post.text.strip():
+def _dropped(generated: str, kept: str, stop_reason: str | None, post: Post, comp: Completion) -> Dropped | None:
+    """Which rule left nothing to show of a generated completion: the confidence gate when it
+    kept nothing (completer/confidence.py), the stop (degenerate or syntax) when it kept nothing,
+    else post-processing; None when something shows or nothing was generated."""
+    if post.text.strip():
+        return None
+    if comp.stop_reason == "unsure" and not kept.strip():
+        return Dropped("confidence", comp.text + comp.unsure_text)
+    if not generated:
         return None
     if not kept.strip():
         return Dropped(stop_reason or "syntax", generated)

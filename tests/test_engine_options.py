@@ -82,6 +82,12 @@ def check_type_through(e, v):
     assert (c.stop_reason == "type_through") == v
 
 
+def check_min_confidence(e, v):
+    """A floor of probability 1 refuses every token: nothing is shown, and the gate says so."""
+    c = e.complete(PREFIX, SUFFIX, doc_key="c")
+    assert v == 1.0 and c.text == "" and c.stop_reason == "unsure" and c.unsure_text
+
+
 # option → (a new value, what shows it applied); values differ from engine()'s
 LIVE = {
     "draft_len": (1, check_draft_lengths),
@@ -97,6 +103,7 @@ LIVE = {
     "batch_step_tokens": (0, check_scheduler),
     "warmup_chunk": (8, check_warmup_chunk),
     "type_through": (True, check_type_through),
+    "min_confidence": (1.0, check_min_confidence),
 }
 
 

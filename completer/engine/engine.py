@@ -23,6 +23,7 @@ import torch
 
 from draft_models import DEFAULT_DIR
 
+from .. import confidence
 from ..client import Chunk, Completion, EngineError, StopText, accepted_count, prompt_budget, stop_reason
 from ..config import OPTIONS, EngineConfig
 from ..edits.formats import EditFormat, EditPrompt, edit_budget, read_answer
@@ -46,10 +47,13 @@ from .speculative import GenStats, generate
 LIVE_OPTIONS = tuple(f.name for f in fields(EngineConfig) if not OPTIONS[f.name].meta["reload"])
 
 
-def to_completion(text: str, ids: list[int], st: GenStats, speculative: bool, **extra) -> Completion:
-    """The flat result from the loop's statistics."""
+def to_completion(text: str, ids: list[int], st: GenStats, speculative: bool, shown: int | None = None,
+                  unsure_text: str = "", **extra) -> Completion:
+    """The flat result from the loop's statistics; `shown`: how many of the tokens `text` holds
+    (its confidence is theirs; default all)."""
     return Completion(text, st.new_tokens, st.target_forwards, st.accepted_per_forward, st.ttft_ms, st.total_ms,
                       speculative, st.prompt_tokens, st.prefill_tokens, st.stop_reason, ids,
+                      confidence.score(st.logprobs[:shown]), unsure_text,
                       {"proposed": st.proposed, "accepted": st.accepted, "by_source": st.by_source,
                        "prefill_ms": round(st.prefill_ms, 3), **extra})
 
@@ -99,6 +103,8 @@ class Engine:
         # a pair of our FIM format writes next edits only once taught them (draft_models/finetune_edits
         # marks its config); "auto" does not ask one that was not (the shipped pair: MODEL_CARD.md)
         self.edits_trained = bool(getattr(self.pair.target.config, "completer_next_edit", False))
+        # the confidence gate's threshold measured for this model (completer/confidence.py), if it has one
+        self.calibrated_confidence = getattr(self.pair.target.config, "completer_min_confidence", None)
         self.edit_k: AdaptiveK | None = None  # next edits' draft length, learnt across rewrites (a model
         # that never copies its region soon stops paying for long verifies)
         self.counters = {"requests": 0, "cache_hits": 0, "tokens_reused": 0, "prefill_tokens": 0,
@@ -219,10 +225,11 @@ class Engine:
                   stop, cancel, on_tokens, record: Record | None,
                   node_kind: str | None = None, sampling: Sampling | None = None,
                   draft: tuple[Drafter | None, AdaptiveK | None] | None = None,
-                  eos: frozenset[int] | None = None) -> tuple[list[int], GenStats, float]:
+                  eos: frozenset[int] | None = None, floor: float = confidence.OFF) -> tuple[list[int], GenStats, float]:
         """Run one generation under a scheduler ticket → (ids, stats, ms spent queued). `draft`:
         a drafter made for this generation and its draft lengths (instead of the `drafter` kind's
-        over the document's cache); `eos`: the stop ids (default: the FIM format's)."""
+        over the document's cache); `eos`: the stop ids (default: the FIM format's); `floor`: the
+        confidence gate's (generate)."""
         max_new = max_new or self.cfg.max_new_tokens
         sampling = sampling or self.sampling
         if not prompt:
@@ -240,7 +247,7 @@ class Engine:
                     draft = d, cache.k_for(node_kind) if d is not None else None
                 ids, st = generate(Via(cache.target, self.sched.batcher), prompt, max_new, sampling, *draft,
                                    self.fim.eos if eos is None else eos, stop,
-                                   StopFlag(t.superseded, cancel, record), on_tokens, self.gen)
+                                   StopFlag(t.superseded, cancel, record), on_tokens, self.gen, floor)
         finally:
             self.sched.release(t)
             with self.sched.cond:
@@ -288,6 +295,7 @@ class Engine:
             self.records.put(doc_key, rec)
         cut: list[int | None] = [None]
         out_ids: list[int] = []
+        floor = confidence.floor(confidence.resolve(self.cfg.min_confidence, self.calibrated_confidence))
 
         def stop(ids: list[int]) -> bool:
             if stop_text is None:
@@ -299,27 +307,43 @@ class Engine:
             sent = len(rec.text)
             out_ids.extend(ids_step)
             text = self.decode(out_ids).rstrip("\ufffd")  # an unfinished UTF-8 char waits
+            if floor != confidence.OFF:  # an unsure token next would take back the word it ends in
+                text = confidence.whole_words(text, "a")
             rec.update(text)
             if on_text is not None and len(text) > sent:
                 on_text(text[sent:])
 
         try:
             ids, st, queue_ms = self._generate(prompt, doc_key, max_new, None, stop, cancel, on_tokens, rec,
-                                               node_kind, sampling)
+                                               node_kind, sampling, floor=floor)
         except BaseException:
             rec.update(rec.text, done=True)
             raise
         # A byte-level token can end mid-character: the editor never gets the U+FFFD it decodes to.
-        text = self.decode(ids)
+        text, unsure = self.decode(ids), ""
         if cut[0] is not None:
             text = text[: cut[0]]
+        if st.unsure is not None:  # the gate refused the next token: keep whole words of the sure ones
+            with_next = self.decode(ids + [st.unsure])
+            text = confidence.whole_words(text, with_next[len(text):])
+            unsure = with_next[len(text):]
         text = text.rstrip("\ufffd")
         if st.stop_reason == "stop" and stop_text is not None:  # why the caller's rule fired
             st.stop_reason = stop_reason(stop_text)
         self._count(**{f"stops_{st.stop_reason}": 1})
         rec.update(text, done=True, ok=st.stop_reason not in ("cancelled", "superseded"))
         st.total_ms = (time.perf_counter() - t0) * 1e3
-        return to_completion(text, ids, st, self.speculative, queue_ms=round(queue_ms, 3), type_through=False)
+        return to_completion(text, ids, st, self.speculative, self._tokens_in(ids, text), unsure,
+                             queue_ms=round(queue_ms, 3), type_through=False)
+
+    def _tokens_in(self, ids: list[int], text: str) -> int:
+        """How many of `ids` the (possibly cut) `text` holds whole."""
+        if text == self.decode(ids):
+            return len(ids)
+        n = 0
+        while n < len(ids) and len(self.decode(ids[: n + 1])) <= len(text):
+            n += 1
+        return n
 
     # -- next edits (completer/edits) -------------------------------------------------------------
     def edit_format(self, name: str = "auto") -> EditFormat:

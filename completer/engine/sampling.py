@@ -42,6 +42,16 @@ def warp(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
     return p
 
 
+def token_logprobs(logits: torch.Tensor, ids: list[int]) -> list[float]:
+    """The model's log-probability (temperature 1, whatever the sampling) of `ids[i]` at row i of
+    `logits` [>= len(ids), V]: how sure the target was of each token it emitted."""
+    if not ids:
+        return []
+    rows = logits[: len(ids)].float()  # [n, V]
+    picked = rows[torch.arange(len(ids)), torch.tensor(ids)]
+    return (picked - torch.logsumexp(rows, -1)).tolist()  # host sync: the loop cuts on them
+
+
 def verify(logits: torch.Tensor, prop: Proposal, s: Sampling,
            gen: torch.Generator | None = None) -> tuple[int, int]:
     """logits [k+1, V] of the target over [cur] + draft → (accepted count n, next token)."""

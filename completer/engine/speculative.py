@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .drafters import AdaptiveK, Drafter
-from .sampling import EMPTY, Proposal, Sampling, verify
+from .sampling import EMPTY, Proposal, Sampling, token_logprobs, verify
 
 UNTIMED_ROUNDS = 2  # a generation's first rounds pay for what ran before them, whatever their kind
 # (the prefill, other documents: on the embedded pair 2.5× and 1.7× a step, then ~1.05×): AdaptiveK
@@ -36,6 +36,8 @@ class GenStats:
     prefill_ms: float = 0.0
     total_ms: float = 0.0
     stop_reason: str = ""
+    logprobs: list[float] = field(default_factory=list)  # the target's log-probability of each token out
+    unsure: int | None = None      # the token the confidence floor refused (stop_reason "unsure"), not in out
 
     @property
     def accepted_per_forward(self) -> float:
@@ -47,9 +49,11 @@ def generate(target, prompt: list[int], max_new: int, sampling: Sampling,
              drafter: Drafter | None = None, k: AdaptiveK | None = None,
              eos_ids: frozenset[int] = frozenset(), stop: Callable[[list[int]], bool] | None = None,
              cancel: threading.Event | None = None, on_tokens: Callable[[list[int]], None] | None = None,
-             gen: torch.Generator | None = None) -> tuple[list[int], GenStats]:
+             gen: torch.Generator | None = None, floor: float = float("-inf")) -> tuple[list[int], GenStats]:
     """Decode up to `max_new` tokens after `prompt` (ids exclude EOS). `stop(ids)` is asked after
-    every step; `cancel` is checked between steps; `on_tokens` gets each step's new ids."""
+    every step; `cancel` is checked between steps; `on_tokens` gets each step's new ids. `floor`:
+    a token the target gives a lower log-probability ends the generation before it (stop_reason
+    "unsure"; what follows an unsure token is not worth its decode time)."""
     st = GenStats(prompt_tokens=len(prompt))
     t0 = time.perf_counter()
     feed = target.sync(prompt)  # the KV cache keeps the common prefix: prefill only the delta
@@ -59,15 +63,22 @@ def generate(target, prompt: list[int], max_new: int, sampling: Sampling,
     _, cur = verify(logits, EMPTY, sampling, gen)
     st.ttft_ms = (time.perf_counter() - t0) * 1e3
     out: list[int] = []
-    new = [cur]
+    new, lps = [cur], token_logprobs(logits, [cur])
     t_round = k.clock() if k is not None else 0.0  # rounds timed end to end: k weighs drafting against plain
     catch_up = getattr(drafter, "take_catch_up_ms", None)  # a draft's one-off catch-up, left out of the rounds
     while True:
         eos = next((i for i, t in enumerate(new) if t in eos_ids), None)
         new = new[:eos][: max_new - len(out)]
+        low = next((i for i, lp in enumerate(lps[: len(new)]) if lp < floor), None)
+        if low is not None:
+            st.unsure, new = new[low], new[:low]
         out += new
+        st.logprobs += lps[: len(new)]
         if on_tokens is not None and new:
             on_tokens(new)
+        if low is not None:
+            st.stop_reason = "unsure"
+            break
         if eos is not None:
             st.stop_reason = "eos"
             break
@@ -92,6 +103,7 @@ def generate(target, prompt: list[int], max_new: int, sampling: Sampling,
         n, nxt = verify(logits, prop, sampling, gen)
         target.truncate(base + 1 + n)  # keep cur + accepted drafts; rejected rows are dead
         new = prop.ids[:n] + [nxt]
+        lps = token_logprobs(logits, new)
         st.target_forwards += 1
         _count(st, prop, n)
         if k is not None:  # the round: the loop, the draft's catch-up and proposal, the verify
