@@ -63,7 +63,8 @@ def cmd_complete(a: argparse.Namespace) -> int:
         raise UsageError("give a PATH with --line/--col, or --prompt-file")
     if a.prompt_file is None and (a.line is None or a.col is None):
         raise UsageError("--line and --col are required with PATH")
-    r = resolve(a, ("engine", "client", "syntax", "workspace"), a.prompt_file or a.path)
+    r = resolve(a, ("engine", "client", "syntax", "workspace"), a.prompt_file or a.path,
+                a.workspace if a.prompt_file is None else None)
     if a.prompt_file is not None:
         return _complete_raw(a, r)
     return _complete_file(a, r)

@@ -95,19 +95,21 @@ def test_options_schema_and_config_sources(tmp_path):
     assert schema["draft_len"]["minimum"] == 1 and schema["quant"]["enum"][0] == "auto"
     assert schema["engine_api_key"]["x-scope"] == "client" and schema["debounce_ms"]["x-scope"] == "lsp"
     (tmp_path / "proj" / "pkg").mkdir(parents=True)
-    (tmp_path / "proj" / ".completer.toml").write_text('max_new_tokens = 32\ndebounce_ms = "fast"\nbogus = 1\n')
+    (tmp_path / "proj" / ".git").mkdir()
+    (tmp_path / "proj" / "pkg" / "m.py").write_text("x = 1\n")
+    (tmp_path / "proj" / ".completer.toml").write_text('grid_lines = 32\nmax_lines = "many"\nbogus = 1\n')
     user = tmp_path / "xdg" / "completer"
     user.mkdir(parents=True)
-    (user / "config.toml").write_text("max_new_tokens = 16\ntemperature = 0.5\n")
-    r = subprocess.run([sys.executable, "-m", "completer.cli", "config", str(tmp_path / "proj" / "pkg"), "--json",
+    (user / "config.toml").write_text("grid_lines = 16\ntemperature = 0.5\n")
+    r = subprocess.run([sys.executable, "-m", "completer.cli", "config", str(tmp_path / "proj" / "pkg" / "m.py"), "--json",
                         "--temperature", "0.2"], capture_output=True, text=True, cwd=ROOT, check=False,
                        env={**__import__("os").environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg")})
     assert r.returncode == 0, r.stderr
     eff = json.loads(r.stdout)
-    assert eff["max_new_tokens"] == {"value": 32, "source": str(tmp_path / "proj" / ".completer.toml")}
+    assert eff["grid_lines"] == {"value": 32, "source": str(tmp_path / "proj" / ".completer.toml")}
     assert eff["temperature"] == {"value": 0.2, "source": "command line"}
     assert eff["draft_len"] == {"value": 4, "source": "default"}
-    assert "unknown option 'bogus'" in r.stderr and "'debounce_ms' = 'fast'" in r.stderr
+    assert "unknown option 'bogus'" in r.stderr and "'max_lines' = 'many'" in r.stderr
 
 
 def test_binary_and_non_utf8_files(tmp_path):
