@@ -1,12 +1,14 @@
 """Open documents: text, incremental edits in LSP positions (UTF-16 by default, UTF-8/UTF-32 when
-negotiated), and a tree-sitter tree re-parsed incrementally after each edit.
+negotiated), and a tree-sitter tree edited with each edit and re-parsed incrementally when it is
+next read (once for all the changes of a didChange).
 
 Offsets are Python string indices ("char offsets"); positions are (line, character) in the
 negotiated encoding; tree-sitter works in UTF-8 bytes. `Snapshot` is an immutable view handed to
 worker threads: edits never mutate a tree a snapshot holds (the old tree is copied before
 `Tree.edit`). Parsers are one per language per thread (`parser_for`), never one per document; a
 text that is not an open document is parsed only around the cursor when it is large
-(`snapshot_around`).
+(`snapshot_around`); a text known in an earlier version is parsed from that version's parse
+(`parse_from`: the workspace index's re-indexes).
 """
 from __future__ import annotations
 
@@ -214,6 +216,59 @@ def parse_snapshot(text: str, language: str | None) -> Snapshot:
     return Snapshot(text, language, tree)
 
 
+def parse_from(src: bytes, language: str, old: tuple[bytes, Tree] | None = None) -> Tree:
+    """`src` parsed: whole, or incrementally from `old` = (an earlier source, its tree) with one
+    edit over what lies between their common prefix and suffix, so tree-sitter parses again only
+    around it (a line typed in 120 KB: ≈7 ms against ≈30 ms whole, the GIL held either way). The
+    old tree is left as it was (a snapshot may hold it)."""
+    if old is None:
+        return parser_for(language).parse(src)
+    old_src, old_tree = old
+    start, tail = shared_ends(old_src, src)
+    old_end, new_end = len(old_src) - tail, len(src) - tail
+    tree = old_tree.copy()
+    tree.edit(start_byte=start, old_end_byte=old_end, new_end_byte=new_end,
+              start_point=_byte_point(old_src, start), old_end_point=_byte_point(old_src, old_end),
+              new_end_point=_byte_point(src, new_end))
+    return parser_for(language).parse(src, tree)
+
+
+def shared_ends(a: bytes, b: bytes) -> tuple[int, int]:
+    """(prefix, suffix): the lengths of the longest common prefix of `a` and `b` and of their
+    longest common suffix that does not overlap it."""
+    head = _shared(a, b, min(len(a), len(b)), False)
+    return head, _shared(a, b, min(len(a), len(b)) - head, True)
+
+
+def _shared(a: bytes, b: bytes, limit: int, from_end: bool) -> int:
+    """How many bytes `a` and `b` agree on from their start (or end), at most `limit`: slices of
+    doubling length compared until one differs, then halved (≈2 × the answer bytes compared, a
+    few dozen slices: no byte-by-byte Python loop)."""
+    def same(i: int, j: int) -> bool:  # bytes [i, j) counted from the start, or from the end
+        return a[i:j] == b[i:j] if not from_end else a[len(a) - j:len(a) - i] == b[len(b) - j:len(b) - i]
+
+    lo, step = 0, 64
+    while lo < limit:
+        hi = min(lo + step, limit)
+        if not same(lo, hi):
+            break
+        lo, step = hi, step * 2
+    else:
+        return limit
+    while hi - lo > 1:  # [0, lo) agree, [lo, hi) does not
+        mid = (lo + hi) // 2
+        if same(lo, mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _byte_point(src: bytes, b: int) -> Point:
+    """tree-sitter's point (row, byte column) of byte `b`: rows count `\\n` only, as it does."""
+    return Point(src.count(b"\n", 0, b), b - (src.rfind(b"\n", 0, b) + 1))
+
+
 _TOP_LEVEL_LINE = re.compile(r"(?:\r\n|\r|\n)(?=\S)")
 _SPACE = re.compile(r"\s")
 
@@ -244,6 +299,7 @@ class Document:
                  encoding: str = "utf-16"):
         self.uri, self.version, self.encoding = uri, version, encoding
         self.language = language
+        self.parses = 0  # tree-sitter parses of this document (tests count them)
         self.set_text(text)
 
     # -- whole-text state ---------------------------------------------------------------------
@@ -251,22 +307,40 @@ class Document:
         text = well_formed(text)  # a lone surrogate → U+FFFD (the tokenizer cannot take one)
         self.text = text
         self.lines = line_starts(text)
-        self.tree: Tree | None = None
+        self._ascii = text.isascii()  # chars are bytes (an edit's byte offsets cost nothing)
+        self._cr = "\r" in text       # a lone \r may be in it (see _point); both stay set once set
+        self._tree: Tree | None = None
+        self._stale = False
         if self._parseable():
-            self.tree = parser_for(self.language).parse(encode(text))
+            self._parse()
+
+    @property
+    def tree(self) -> Tree | None:
+        """The syntax tree of the text, parsed once for all the edits since it was last read."""
+        if self._stale:
+            self._parse()
+        return self._tree
+
+    def _parse(self) -> None:
+        """Parse the text: from the edited tree of the last parse, else whole."""
+        self._stale = False
+        self.parses += 1
+        src, parser = encode(self.text), parser_for(self.language)
+        self._tree = parser.parse(src) if self._tree is None else parser.parse(src, self._tree)
 
     def parse(self) -> None:
-        """Parse again after `drop_tree` (nothing to do when the tree is there or cannot be)."""
-        if self.tree is None and self._parseable():
-            self.tree = parser_for(self.language).parse(encode(self.text))
+        """After `drop_tree`: parse again when the tree is next read (nothing to do when the tree
+        is there or cannot be)."""
+        if self._tree is None and self._parseable():
+            self._stale = True
 
     def drop_tree(self) -> None:
         """Free the tree (≈35× the text's size) of a document that is not being edited."""
-        self.tree = None
+        self._tree, self._stale = None, False
 
     def _parseable(self) -> bool:
-        return (self.language is not None and len(self.text) <= MAX_PARSE_BYTES
-                and not is_binary(self.text) and len(encode(self.text)) <= MAX_PARSE_BYTES)
+        return (self.language is not None and len(self.text) <= MAX_PARSE_BYTES and not is_binary(self.text)
+                and (self._ascii or len(encode(self.text)) <= MAX_PARSE_BYTES))
 
     def snapshot(self) -> Snapshot:
         return Snapshot(self.text, self.language if self.tree is not None else None, self.tree,
@@ -293,26 +367,43 @@ class Document:
 
     # -- edits --------------------------------------------------------------------------------
     def apply(self, start: int, end: int, new: str) -> None:
-        """Replace chars [start, end) by `new`: splice the line table, edit and re-parse the tree."""
+        """Replace chars [start, end) by `new`: splice the line table and edit the tree; the tree
+        is parsed again when it is next read, once for all the edits before (one didChange of
+        2 000 changes on a 1.2 MB document parsed 2 000 times: 13 of the 17 ms per change)."""
         new = well_formed(new)
         old_text = self.text
-        text = old_text[:start] + new + old_text[end:]
-        self.text = text
+        if self._tree is not None:  # where the edit is in the old text, in tree-sitter's units
+            if self._ascii:
+                sb, old_eb = start, end
+            else:
+                sb = len(encode(old_text[:start]))
+                old_eb = sb + len(encode(old_text[start:end]))
+            start_point, old_end_point = self._point(start), self._point(end)
+        self.text = old_text[:start] + new + old_text[end:]
         self._splice_lines(old_text, start, end, new)
+        self._ascii = self._ascii and new.isascii()
+        self._cr = self._cr or "\r" in new
         if not self._parseable():
-            self.tree = None
+            self._tree, self._stale = None, False
             return
-        if self.tree is None:
-            self.tree = parser_for(self.language).parse(encode(text))
-            return
-        sb = len(encode(old_text[:start]))
-        old_eb = sb + len(encode(old_text[start:end]))
-        new_eb = sb + len(encode(new))
-        tree = self.tree.copy()  # snapshots may still hold self.tree
-        tree.edit(start_byte=sb, old_end_byte=old_eb, new_end_byte=new_eb,
-                  start_point=_point(old_text, start), old_end_point=_point(old_text, end),
-                  new_end_point=_point(text, start + len(new)))
-        self.tree = parser_for(self.language).parse(encode(text), tree)
+        if self._tree is not None:
+            if not self._stale:
+                self._tree = self._tree.copy()  # snapshots may still hold the parsed tree
+            self._tree.edit(start_byte=sb, old_end_byte=old_eb, new_end_byte=sb + len(encode(new)),
+                            start_point=start_point, old_end_point=old_end_point,
+                            new_end_point=self._point(start + len(new)))
+        self._stale = True
+
+    def _point(self, offset: int) -> Point:
+        """tree-sitter's point (row, byte column) of a char offset. Its rows count only `\\n`: the
+        line table's rows, unless the text may hold a lone `\\r` (then counted: 0.7 ms in 1.2 MB,
+        three times per edit)."""
+        if self._cr:
+            row, ls = self.text.count("\n", 0, offset), self.text.rfind("\n", 0, offset) + 1
+        else:
+            row = bisect.bisect_right(self.lines, offset) - 1
+            ls = self.lines[row]
+        return Point(row, offset - ls if self._ascii else len(encode(self.text[ls:offset])))
 
     def _splice_lines(self, old_text: str, start: int, end: int, new: str) -> None:
         """Update line starts for an edit without rescanning the document: rescan from the line
@@ -341,14 +432,6 @@ class Document:
         if end < start:  # a reversed range from a buggy client: still an edit of that span
             start, end = end, start
         self.apply(start, end, text)
-
-
-def _point(text: str, offset: int) -> Point:
-    """tree-sitter point (row, byte column) of a char offset; rows count only `\\n` like
-    tree-sitter does."""
-    row = text.count("\n", 0, offset)
-    ls = text.rfind("\n", 0, offset) + 1
-    return Point(row, len(encode(text[ls:offset])))
 
 
 class Documents:
@@ -394,8 +477,8 @@ class Documents:
         return list(self._docs)
 
     def parsed(self) -> int:
-        """Documents holding a syntax tree."""
-        return sum(d.tree is not None for d in self._docs.values())
+        """Documents holding a syntax tree (one edited since its parse counts)."""
+        return sum(d._tree is not None for d in self._docs.values())
 
     def close(self, uri: str) -> None:
         with self._lock:
