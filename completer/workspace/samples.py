@@ -14,6 +14,7 @@ import json
 import random
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from draft_models.data import is_training_path, random_fim_split, source_root
@@ -25,15 +26,15 @@ PREFIX_CHARS = 6000  # more than a 1 024-token window holds: the recipe cuts it 
 SUFFIX_CHARS = 2000
 
 
-def samples(root: Path, name: str, count_tokens, n: int, budget: int, seed: int = 0):
+def samples(root: Path, name: str, count_tokens, n: int, budget: int, seed: int = 0,
+            allowed: Callable[[str], bool] = lambda rel: True):
     """Yield up to `n` records {path, prefix, middle, suffix, chunks: [[path, text], ...]} at
     random holes of the workspace `root` (paths written as `name/relative/path`), only those
-    where the index found context."""
+    where the index found context and every path is `allowed` (relative to the root)."""
     index = WorkspaceIndex(root, WorkspaceOptions(index_memory_mb=4096, index_max_file_kb=300),
                            count_tokens=count_tokens)
     index.build()
     rng = random.Random(seed)
-    allowed = lambda rel: is_training_path(name, rel)  # the stdlib's root holds its held-out packages
     files = [rel for rel in sorted(index._outlines) if allowed(rel)]
     made = tries = 0
     while made < n and tries < 20 * n and files:
@@ -75,7 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     a.out.parent.mkdir(parents=True, exist_ok=True)
     with open(a.out, "w") as f:
         k = 0
-        for k, rec in enumerate(samples(source_root(a.source), a.source, count, a.n, a.budget, a.seed), 1):
+        # the stdlib's root holds its held-out packages and a site-packages: never sampled
+        allowed = lambda rel: is_training_path(a.source, rel)
+        for k, rec in enumerate(samples(source_root(a.source), a.source, count, a.n, a.budget, a.seed, allowed), 1):
             f.write(json.dumps(rec) + "\n")
     print(f"{a.source}: {k} samples in {time.time() - t0:.0f} s -> {a.out}", file=sys.stderr)
     return 0
