@@ -208,18 +208,27 @@ class EngineService:
                         rename_first: bool = True) -> NextEdit:
         """The next edit after `before` became `text` (completer/edits/predict.py; `fmt`: the
         next-edit format, as the option next_edit_format; `rename`, `rename_first`: as
-        next_edit_rename and next_edit_rename_first), in a worker thread. Raises Refused:
-        bad_request for a position outside the text or a `before` that is
-        not an earlier version of it; the engine's errors as for a completion."""
+        next_edit_rename and next_edit_rename_first): the two versions compared beside the
+        workers (Workers.aside: a large pair holds no worker another client waits for), the
+        prediction in a worker thread. Raises Refused: bad_request for a position outside the
+        text or a `before` that is not an earlier version of it; the engine's errors as for a
+        completion."""
+        try:
+            history = await self.workers.aside(lambda: from_versions(before, text, path))
+        except (HistoryError, Refused) as e:
+            self.metrics.requests.labels("next_edit", "error").inc()
+            if isinstance(e, Refused):
+                raise
+            raise Refused("bad_request", str(e)) from None
+
         def work() -> NextEdit:
             if cancel.is_set():
                 return NextEdit(dropped="cancelled")
             try:
-                history = from_versions(before, text, path)
                 return predict(self.engine, text, line, col, history, path=path, language=language,
                                fmt=fmt, doc_key=doc_key, cancel=cancel, rename=rename,
                                rename_first=rename_first)
-            except (HistoryError, PositionError) as e:
+            except PositionError as e:
                 raise Refused("bad_request", str(e)) from None
 
         got = await self._run(work, doc_key, cancel, "next_edit", lambda ne: ne.dropped is None)
