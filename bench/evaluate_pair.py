@@ -9,7 +9,10 @@
   times, next to the same rate on the real held-out continuations;
 - draft: greedy agreement with the target per token, τ (tokens per target forward) at k = 4, 8;
 - cold start of `completer complete` (process start → printed completion) and its peak RSS.
-Everything is seeded; held-out files are the stdlib packages listed in draft_models.data.HELD_OUT.
+Everything is seeded; held-out files are the stdlib packages listed in draft_models.data.HELD_OUT,
+or with `--source pypi` real packages' modules (bench/context.py's PACKAGES, from `--sdists` or pip):
+code of no training source. Loss and accuracy use windows of `--window` tokens whatever the model's
+context, so that pairs of different windows compare.
 """
 from __future__ import annotations
 
@@ -119,6 +122,19 @@ def degenerate(ids: list[int], n: int = 6, times: int = 3) -> bool:
     return False
 
 
+def _pypi_files(sdists: Path | None) -> list[Path]:
+    """The modules (no tests, docs or examples) of bench/context.py's packages, unpacked in a
+    temporary folder that lives as long as this process."""
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from context import PACKAGES, SKIP_PARTS, fetch
+
+    into = Path(tempfile.mkdtemp(prefix="evaluate_pair_"))
+    return [p for root in fetch(list(PACKAGES), sdists, into) for p in sorted(root.rglob("*.py"))
+            if not SKIP_PARTS & set(p.relative_to(root).parts)]
+
+
 def cold_start(target: str, draft: str) -> dict:
     example = Path(__file__).resolve().parent.parent / "examples" / "stack.py"
     cmd = [sys.executable, "-m", "completer.cli", "complete", str(example), "--line", "7", "--col", "19",
@@ -142,7 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draft", default=str(DEFAULT_DRAFT))
     ap.add_argument("--holes", type=int, default=200)
     ap.add_argument("--continuations", type=int, default=40)
-    ap.add_argument("--windows", type=int, default=120, help="held-out 512-token windows for loss/acc")
+    ap.add_argument("--windows", type=int, default=120, help="held-out windows for loss/acc")
+    ap.add_argument("--window", type=int, default=512, help="tokens a loss/acc window holds")
+    ap.add_argument("--source", choices=("stdlib", "pypi"), default="stdlib",
+                    help="held-out code: the stdlib's held-out split, or real packages' sources (PyPI sdists)")
+    ap.add_argument("--sdists", type=Path, help="with --source pypi: a folder holding the sdists")
     ap.add_argument("--max-train-files", type=int, help="n-gram baseline on fewer files (smoke runs)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--seed", type=int, default=0)
@@ -162,13 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     tok, ctx = eng.tok, eng.ctx
     V = tok.get_vocab_size()
     t0 = time.time()
-    held = _tokens(tok, corpus_files(split="heldout"))
+    held_files = corpus_files(split="heldout") if a.source == "stdlib" else _pypi_files(a.sdists)
+    held = _tokens(tok, held_files)
     ngram = NgramLM(_tokens(tok, corpus_files(split="train")[: a.max_train_files]), V)
-    res.update(target_metrics(hf_t, tok, held, ngram, ctx, a.windows))
+    res.update(target_metrics(hf_t, tok, held, ngram, min(ctx, a.window), a.windows), source=a.source)
     print(f"target metrics done ({time.time() - t0:.0f}s)", file=sys.stderr)
 
     em = 0
-    hs = holes(corpus_files(split="heldout"), a.holes, a.seed)
+    hs = holes(held_files, a.holes, a.seed)
     for prefix, suffix, want in hs:
         got = eng.complete(prefix, suffix, doc_key="holes", max_new=48,
                            stop_text=lambda s: s.find("\n") if "\n" in s else None).text

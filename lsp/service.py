@@ -115,6 +115,7 @@ class Service:
         self.counters: Counter[str] = Counter()
         self.gates: Counter[str] = Counter()
         self.latency_ms: deque[float] = deque(maxlen=1000)
+        self.shown_confidence: deque[float] = deque(maxlen=1000)  # confidence of recent shown completions
         self.pending_edits: dict[str, Request] = {}  # uri → its live next-edit request
         self.next_edit_ids: OrderedDict[str, bool] = OrderedDict()  # suggestions shown, awaiting feedback
         self.next_edit_ms: deque[float] = deque(maxlen=1000)
@@ -474,6 +475,8 @@ class Service:
             return None
         self.counters["shown"] += 1
         self.counters["shown_chars"] += len(result.text)
+        if result.confidence is not None:
+            self.shown_confidence.append(result.confidence)
         return result.text, pos
 
     @staticmethod
@@ -623,6 +626,9 @@ class Service:
                 # what each request reads now (secrets left out); the engine's own in engine_stats.config
                 "options": {n: v for n, v in self.options.values().items() if not config.OPTIONS[n].meta["secret"]},
                 "workspace": self.index.stats() if self.index is not None else None,
+                # the engine's score of what was shown (completer/confidence.py), recent completions
+                "confidence": {"p10": _pct(self.shown_confidence, 0.1),
+                               "p50": _pct(self.shown_confidence, 0.5)},
                 "latency_ms": {"p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99),
                                "mean": round(statistics.fmean(lat), 3) if lat else None},
                 "next_edit_shown": c["next_edit_shown"], "next_edit_accepted": c["next_edit_accepted"],

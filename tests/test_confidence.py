@@ -171,3 +171,4 @@ async def test_the_language_server_counts_a_quiet_miss(client, tiny_pair):
     got = await client.text_document_inline_completion_async(_inline(5, 11))
     stats = await _stats(client)
     assert stats.dropped_confidence == 1 and stats.empty + getattr(stats, "shown", 0) == 2
+    assert (stats.confidence.p50 is not None) == bool(got.items)  # the score of what was shown
