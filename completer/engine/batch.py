@@ -129,6 +129,9 @@ class Via:
         self.runner, self.batcher = runner, batcher
         self.max_len, self.vocab_size = runner.max_len, runner.vocab_size
         self.head_rows = getattr(runner, "head_rows", None)
+        # the native one-call proposal, unbatched as the native forward is (StepBatcher.forward):
+        # without it every product request drafted token by token (issue 37)
+        self.greedy = runner.greedy
 
     @property
     def ids(self) -> list[int]:

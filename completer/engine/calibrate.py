@@ -27,7 +27,7 @@ def measure_step_costs(pair: Pair, ctx: int, cfg: EngineConfig, reps: int = 9) -
     tr = make_runner(pair.target, ctx, cfg.lean, cfg.decode_threads, cfg.kv_cache)
     dr = make_runner(pair.draft, ctx, cfg.lean, kv_cache=cfg.kv_cache) if pair.draft is not None else None
     n = max(cfg.max_draft_len, 1)
-    one_call = dr is not None and hasattr(dr, "greedy") and cfg.temperature <= 0
+    one_call = dr is not None and dr.greedy is not None and cfg.temperature <= 0
     depth = max(1, min(512, 3 * ctx // 4))
     for r in (tr, dr):
         if r is not None:

@@ -56,7 +56,7 @@ class ModelDrafter:
     def propose(self, seq: list[int], k: int) -> Proposal:
         if k <= 0 or len(seq) + k > self.runner.max_len:
             return EMPTY
-        if self.sampling.greedy and hasattr(self.runner, "greedy"):  # the native step: k picks in one call
+        if self.sampling.greedy and self.runner.greedy is not None:  # the native step: k picks in one call
             return Proposal(self.runner.greedy(self._sync(seq), k), None, "model")
         logits = self.runner.forward(self._sync(seq))[-1]  # [V] or [len(rows)]
         ids, probs = [], []

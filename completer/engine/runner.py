@@ -13,6 +13,7 @@ nothing to undo). Two implementations:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
@@ -41,6 +42,9 @@ def common_prefix_len(a: list[int], b: list[int]) -> int:
 class _Runner:
     ids: list[int]
     max_len: int
+    # `greedy(new_ids, k)`: append `new_ids` and pick k tokens greedily in one call (the native
+    # step's draft proposal); None where the runner has no such call (drafters test for None)
+    greedy: Callable[[list[int], int], list[int]] | None = None
 
     def sync(self, seq: list[int]) -> list[int]:
         """Keep the cached prefix shared with `seq`; return the ids of `seq` still to feed."""
