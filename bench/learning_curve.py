@@ -55,7 +55,7 @@ def main() -> None:
     mean = [sum(losses[max(0, i - w + 1):i + 1]) / len(losses[max(0, i - w + 1):i + 1]) for i in range(len(losses))]
     ax.plot([mtok(s) for s in steps], mean, label=f"training loss (mean of {w} logged steps)")
     if tgt["eval"]:
-        es, el, eacc = zip(*tgt["eval"])
+        es, el, _ = zip(*tgt["eval"])
         ax.plot([mtok(s) for s in es], el, "o-", label="held-out loss (stdlib email/ json/ asyncio/)")
         for s, loss, acc in tgt["eval"]:
             ax.annotate(f"acc {acc:.3f}", (mtok(s), loss), textcoords="offset points", xytext=(4, 6), fontsize=7)

@@ -99,7 +99,7 @@ def build(preset_name: str, out_dir: Path, run_dir: Path, seed: int = 0,
         tok.save(str(tok_path))
         log(f"tokenizer: vocab {tok.get_vocab_size()} in {time.time() - t0:.1f}s")
     vocab = tok.get_vocab_size()
-    repo = [json.loads(line) for f in repo_samples for line in open(f)]
+    repo = [json.loads(line) for f in repo_samples for line in Path(f).read_text().splitlines()]
     if repo:
         log(f"repository-level samples: {len(repo)} from {len(repo_samples)} files, rate {p.repo_rate}")
     train = SampleStream([t for _, t in docs], tok, p.ctx, seed, repo=repo, repo_rate=p.repo_rate)

@@ -125,8 +125,8 @@ def random_fim_split(text: str, rng: random.Random) -> FimSplit:
 
 # -- deduplication ---------------------------------------------------------------------------------
 DEDUP_MIN_LINES = 8  # a top-level block this long is dropped when one of the same shape came before
-_TOP = re.compile(r"^(?:async def |def |class |@)", re.M)
-_MEMBER = re.compile(r"^    (?:async def |def |@)", re.M)
+_TOP = re.compile(r"^(?:async def |def |class |@)", re.MULTILINE)
+_MEMBER = re.compile(r"^    (?:async def |def |@)", re.MULTILINE)
 _SHAPE = [(re.compile(r'(?s)""".*?"""|\'\'\'.*?\'\'\'|"[^"\n]*"|\'[^\'\n]*\''), "s"),
           (re.compile(r"\b\d[\w.]*"), "0"), (re.compile(r"[A-Za-z_]\w*"), "x"), (re.compile(r"\s+"), " ")]
 

@@ -11,7 +11,6 @@ traded the shallow files it meant to keep for deeper ones); `stats()["partial"]`
 of the workspace is indexed. The editor's files are indexed even at the bound (the least
 recently indexed others make room).
 
-
 Threads: the builder thread is the only one that parses while it runs; `update` and `remove`
 queue work for it (the latest text of a path wins) and `retrieve` reads under the lock what is
 indexed so far, so a completion never waits for the index. Without a builder (`start` not

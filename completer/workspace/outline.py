@@ -5,7 +5,6 @@ what the index holds per file is a few hundred bytes per definition."""
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass, field
 
 from tree_sitter import Node, QueryCursor
