@@ -1,0 +1,86 @@
+"""Decode speed of model pairs through the engine's public API, side by side in one run: for each
+pair, `Engine.complete_ids` on the same held-out prompts (stdlib held-out split and a PyPI
+package: bench/heldout.py), plain (drafter none) and speculative (the default drafter), greedy,
+`--new` tokens after a prompt of `--depth` tokens; decode ms/token = (total - time to first token)
+/ (new tokens - 1), medians over prompts; pairs and modes alternate prompt by prompt so that a
+phase of the machine hits all alike. Nothing else should run meanwhile (no training).
+
+    python bench/decode.py --pair new=DIR/target,DIR/draft --pair old=DIR/target,DIR/draft [--n 12]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gate import _cpu
+from heldout import fim_holes
+
+from completer.config import EngineConfig
+from completer.engine.engine import Engine
+
+OUT = Path(__file__).resolve().parent / "out"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pair", action="append", default=[], help="NAME=TARGET_DIR,DRAFT_DIR (default: the embedded pair)")
+    ap.add_argument("--n", type=int, default=12, help="prompts")
+    ap.add_argument("--depth", type=int, default=400, help="prompt tokens")
+    ap.add_argument("--new", type=int, default=48, help="tokens generated (a prompt whose answer ends sooner is skipped)")
+    ap.add_argument("--out", type=Path, default=OUT / "decode.json")
+    a = ap.parse_args()
+    pairs = [(p.split("=", 1)[0], *p.split("=", 1)[1].split(",")) for p in a.pair] or [("embedded", None, None)]
+    engines = {}
+    for name, target, draft in pairs:
+        engines[name, "plain"] = Engine(EngineConfig(target=target, draft=draft, drafter="none"))
+        engines[name, "speculative"] = Engine(EngineConfig(target=target, draft=draft))
+    for e in engines.values():
+        e.warm_start()
+    holes = fim_holes(4 * a.n, seed=0)
+    ms: dict[tuple[str, str], list[float]] = {k: [] for k in engines}
+    tau: dict[tuple[str, str], list[float]] = {k: [] for k in engines}
+    used = 0
+    for h in holes:
+        if used >= a.n:
+            break
+        rows = {}
+        for (name, mode), e in engines.items():
+            ids = e.tok.encode(h.prefix, add_special_tokens=False).ids[-a.depth:]
+            if len(ids) < a.depth // 2:
+                break
+            e.forget("bench")
+            out, st = e.complete_ids(ids, doc_key="bench", max_new=a.new)
+            if len(out) < a.new:
+                break  # an answer that ends early (EOS) has no decode speed to compare
+            rows[name, mode] = ((st.total_ms - st.ttft_ms) / (len(out) - 1), st.accepted_per_forward)
+        if len(rows) < len(engines):
+            continue
+        used += 1
+        for k, (v, t) in rows.items():
+            ms[k].append(v)
+            tau[k].append(t)
+        print(f"\r{used}/{a.n}", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    report = {"cpu": _cpu(), "date": time.strftime("%Y-%m-%d"), "prompts": used, "depth": a.depth, "new": a.new,
+              "rows": {f"{n} {m}": {"ms_per_token_median": round(statistics.median(ms[n, m]), 3),
+                                    "tau_median": round(statistics.median(tau[n, m]), 2)}
+                       for (n, m) in engines if ms[n, m]}}
+    print(f"decode through Engine.complete_ids, {used} held-out prompts of {a.depth} tokens, {a.new} new, "
+          f"greedy; CPU: {report['cpu']}")
+    base = next(iter(report["rows"].values()))["ms_per_token_median"] if report["rows"] else 0
+    for k, r in report["rows"].items():
+        print(f"{k:24} {r['ms_per_token_median']:8.3f} ms/token  τ {r['tau_median']:5.2f}  "
+              f"{r['ms_per_token_median'] / base:5.2f}x the first row")
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
