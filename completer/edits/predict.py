@@ -15,7 +15,6 @@ changed lines as whole lines) and two versions of a file (`from_versions`: the C
 WebSocket's OLD → FILE, one item per changed hunk). Torch-free."""
 from __future__ import annotations
 
-import difflib
 import threading
 import time
 from collections.abc import Sequence
@@ -24,7 +23,7 @@ from dataclasses import dataclass, field
 from ..client import Chunk, EngineClient
 from ..documents import is_binary, language_for, line_starts, offset_at, snapshot_around
 from ..syntax.postprocess import error_count
-from .diff import TextEdit, region_edits
+from .diff import TextEdit, opcodes, region_edits
 from .formats import EditPrompt, HistoryItem
 from .history import Event
 from .region import RegionError, editable_region
@@ -92,11 +91,10 @@ def from_versions(old: str, new: str, path: str) -> list[HistoryItem]:
     history items, in file order (the last is taken as the latest). HistoryError when the two
     have no line in common (OLD is not an earlier version of the file); identical texts give []."""
     a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
-    sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    if a and b and not any(blk.size for blk in sm.get_matching_blocks()):
+    if a and b and set(a).isdisjoint(b):
         raise HistoryError("the old version has no line in common with the file: it is not an earlier version of it")
     return [HistoryItem(path, "".join(a[i1:i2]), "".join(b[j1:j2]))
-            for tag, i1, i2, j1, j2 in sm.get_opcodes() if tag != "equal"]
+            for tag, i1, i2, j1, j2 in opcodes(a, b) if tag != "equal"]
 
 
 # -- the prediction ------------------------------------------------------------------------------
