@@ -347,7 +347,7 @@ class EngineService:
         return web.Response(body=body, headers={"Content-Type": ctype})
 
 
-CORS_ORIGIN = "completer.cors_origin"  # request key: the Origin the guard let through
+CORS_ORIGIN = web.RequestKey("cors_origin", str)  # the Origin the guard let through
 
 
 async def _cors(request: web.Request, response: web.StreamResponse) -> None:
