@@ -554,6 +554,8 @@ class Engine:
                 "target_weight_bytes": model_bytes(self.pair.target),
                 "draft_weight_bytes": model_bytes(self.pair.draft) if self.pair.draft is not None else 0,
                 "draft_stored": self.draft_quant,  # what draft_quant applied
+                # the confidence gate's threshold in force: the option, else the model's calibration
+                "min_confidence_in_force": confidence.resolve(self.cfg.min_confidence, self.calibrated_confidence),
                 "queue_waiting": waiting, "queue_live": live, "batch_steps": self.sched.batcher.steps,
                 "batched_calls": self.sched.batcher.batched_calls, "records": len(self.records),
                 "record_chars": self.records.chars, **self.counters}
