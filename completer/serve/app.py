@@ -33,7 +33,7 @@ from ..config import ServeConfig
 from ..documents import PositionError
 from ..edits.formats import EditPrompt
 from ..edits.predict import HistoryError, NextEdit, from_versions, predict
-from . import openai, protocol, ws
+from . import infill, openai, protocol, ws
 from .metrics import Metrics
 from .protocol import Job, Refused
 from .workers import Workers, pool_size
@@ -297,6 +297,7 @@ class EngineService:
         app.router.add_post("/v1/completions", functools.partial(openai.completions, self))
         app.router.add_get("/v1/models", functools.partial(openai.models, self))
         app.router.add_get("/v1/models/{id:.+}", functools.partial(openai.model, self))
+        app.router.add_post("/infill", infill.Infill(self).answer)
         app.on_response_prepare.append(_cors)
         app.on_shutdown.append(self._going_away)
         return app
