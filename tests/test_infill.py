@@ -97,7 +97,8 @@ def vim_ring(extra: list) -> dict:
 def vscode_body(lines: list[str], row: int, col: int, extra: list) -> dict:
     """getFIMCompletion's request (createRequestPayload(false, ...), default settings): n_prefix
     256, n_suffix 64, n_cmpl 3 (max_parallel_completions), a whitespace-only line start sent as
-    "", n_indent only when not 0, no model unless one is set."""
+    "", n_indent only when not 0, and `model`: the ai_model setting, whose default names a
+    hosted chat model (a server that refused other models would refuse every completion)."""
     cur = lines[row]
     prompt = "" if not cur[:col].strip(" \t") else cur[:col]
     body = {"id_slot": 0, "input_prefix": "\n".join(lines[max(0, row - 256):row]) + "\n",
@@ -106,7 +107,7 @@ def vscode_body(lines: list[str], row: int, col: int, extra: list) -> dict:
             "stream": False, "samplers": ["top_k", "top_p", "infill"], "cache_prompt": True}
     if len(cur) - len(cur.lstrip()):
         body["n_indent"] = len(cur) - len(cur.lstrip())
-    return {**body, "t_max_prompt_ms": 500, "t_max_predict_ms": 500}
+    return {**body, "t_max_prompt_ms": 500, "t_max_predict_ms": 500, "model": "google/gemini-2.5-flash"}
 
 
 def vscode_prep(extra: list) -> dict:
