@@ -97,12 +97,12 @@ def parse(body: bytes, ctx: int, n_parallel: int) -> InfillRequest:
     if not all(isinstance(p, str) for p in fields):
         raise BadRequest("Field 'response_fields': a list of strings", "response_fields")
     return InfillRequest(
-        f["input_prefix"] + (f["prompt"] or ""), f["input_suffix"], _chunks(f["input_extra"]),
-        None if n_predict < 0 else min(n_predict, ctx // 2), _between(f, "n_indent", 0, INT32_MAX, 0),
-        tuple(well_formed(s) for s in stops if s),
-        _between(f, "t_max_predict_ms", -1, 2**63 - 1, 0), _between(f, "n_cmpl", 1, n_parallel, 1),
-        tuple(fields),
-        bool(f["stream"]), f["cache_prompt"] is not False, _between(f, "id_slot", -1, INT32_MAX, -1))
+        prefix=f["input_prefix"] + (f["prompt"] or ""), suffix=f["input_suffix"],
+        extra=_chunks(f["input_extra"]), n_predict=None if n_predict < 0 else min(n_predict, ctx // 2),
+        n_indent=_between(f, "n_indent", 0, INT32_MAX, 0), stops=tuple(well_formed(s) for s in stops if s),
+        deadline_ms=_between(f, "t_max_predict_ms", -1, 2**63 - 1, 0),
+        n_cmpl=_between(f, "n_cmpl", 1, n_parallel, 1), fields=tuple(fields), stream=bool(f["stream"]),
+        cache=f["cache_prompt"] is not False, id_slot=_between(f, "id_slot", -1, INT32_MAX, -1))
 
 
 def _between(f: dict, name: str, lo: int, hi: int, default: int) -> int:
