@@ -236,7 +236,7 @@ async def test_auth_and_origins(server):
 
 def test_health_and_metrics(server):
     with urllib.request.urlopen(f"http://{server}/health") as r:
-        assert r.status == 200 and json.load(r)["status"] == "ready"
+        assert r.status == 200 and json.load(r)["status"] == "ok"  # llama-server's word (llama.vscode reads it)
     with pytest.raises(urllib.error.HTTPError, match="401"):
         urllib.request.urlopen(f"http://{server}/metrics")
     text = metrics(server)

@@ -336,7 +336,8 @@ class EngineService:
             return openai.error(e.status, msg, "not_found") if api else web.Response(status=e.status, text=msg + "\n")
 
     async def health(self, request: web.Request) -> web.Response:
-        body = {"status": "ready" if self.ready else ("failed" if self.load_error else "loading")}
+        # "ok" as llama-server says it: llama.vscode's health check knows only "ok" and "healthy"
+        body = {"status": "ok" if self.ready else ("failed" if self.load_error else "loading")}
         if self.load_error:
             body["error"] = self.load_error
         return web.json_response(body, status=200 if self.ready else 503, dumps=lambda o: json.dumps(o) + "\n")

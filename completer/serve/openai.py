@@ -59,7 +59,7 @@ def _auth(service, request: web.Request) -> web.Response | None:
     if service.cfg.token is not None and not service.token(request):
         return error(401, "a token is required: send Authorization: Bearer TOKEN", "invalid_api_key")
     if not service.ready:
-        return error(503, "the models are still loading; retry when /health says ready", "not_ready",
+        return error(503, "the models are still loading; retry when /health says ok", "not_ready",
                      headers={"Retry-After": "1"})
     return None
 

@@ -207,7 +207,7 @@ def _admit(service, conn: Conn, id_) -> dict | None:
     """The error frame for a request the connection cannot take now, else None. Raises BadRequest
     for an id already in flight."""
     if not service.ready:
-        return error(id_, "not_ready", "models are still loading; retry when /health says ready",
+        return error(id_, "not_ready", "models are still loading; retry when /health says ok",
                      service.retry_after_ms())
     if id_ in conn.inflight:
         raise BadRequest(f"request id {id_!r} is already in flight", "id")
