@@ -18,7 +18,8 @@ from lsp.options import SCOPES
 # Values that load (or fail to load quickly) where the generic rule would pick one that cannot:
 # paths and URLs are not numbers or choices.
 SPECIAL = {"engine": "ws://127.0.0.1:9", "engine_api_key": "a-key", "engine_model": "a-model",
-           "quant_groups": "embed=fp16,attn=int8,mlp=int8,head=int8"}
+           "quant_groups": "embed=fp16,attn=int8,mlp=int8,head=int8",
+           "min_confidence": 0.25}  # unset by default (the model's calibration)
 
 
 @pytest_lsp.fixture(config=SERVER)
