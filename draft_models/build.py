@@ -47,17 +47,17 @@ PRESETS = {
                                 log_every=2, eval_every=4, eval_batches=1),
         max_files=12),
     # The shipped pair: 10.3M target, 2.5M draft (most of it the tied embedding), a 1 024-token
-    # window. The third build (2026-12-04) warm-started from the second's weights and trained on
+    # window. The second build (2026-12-04) warm-started from the first's weights and trained on
     # every source in data.SOURCES, a quarter of its rows repository-level samples. Rows of
-    # 2 × 1 024 tokens: on 2 AMD EPYC (Zen 4, AVX512-BF16) cores in bf16 they ran at ≈2 600
+    # 2 × 1 024 tokens: on 2 AMD EPYC (AVX512-BF16) cores in bf16 they ran at ≈2 600
     # tokens/s against ≈2 100 for 4 × 1 024 and ≈2 400 for 8 × 512 (a few steps each).
     "default": Preset(
         vocab_size=8192, ctx=1024,
         target=ModelShape(hidden=288, layers=8, heads=4, intermediate=768),
         draft=ModelShape(hidden=192, layers=2, heads=3, intermediate=512),
-        target_train=TrainConfig(steps=5000, batch_size=2, lr=1e-3, warmup=100, eval_every=1000,
+        target_train=TrainConfig(steps=3500, batch_size=2, lr=1e-3, warmup=100, eval_every=1000,
                                  eval_batches=16),
-        draft_train=TrainConfig(steps=1500, batch_size=2, lr=2e-3, warmup=60, eval_every=500,
+        draft_train=TrainConfig(steps=1200, batch_size=2, lr=2e-3, warmup=60, eval_every=500,
                                 eval_batches=16),
         max_files=None, sources=tuple(SOURCES), repo_rate=0.25),
 }
