@@ -3,6 +3,7 @@ tiny Llama pairs for exactness tests. Tests run torch on one thread to stay ligh
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Triton decides at @jit time whether to interpret: CPU-only tests need it set before any import.
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# The tests' own user config (every process they start reads it): the embedded pair's confidence
+# gate off, so that tests of transports, protocols and editors get the model's text; the gate is
+# tested where it is the subject (test_confidence.py, the embedded pair's defaults in test_cli.py),
+# and a test that needs another user config points XDG_CONFIG_HOME elsewhere itself.
+_USER = Path(tempfile.mkdtemp(prefix="completer-tests-xdg-"))
+(_USER / "completer").mkdir()
+(_USER / "completer" / "config.toml").write_text("min_confidence = 0.0\n")
+os.environ["XDG_CONFIG_HOME"] = str(_USER)
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ from lsp.service import MAX_PARSED_DOCUMENTS
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = ROOT / "draft_models/default/target/tokenizer.json"
-ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT)}
+ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "XDG_CONFIG_HOME": os.environ["XDG_CONFIG_HOME"], "PYTHONPATH": str(ROOT)}
 SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "lsp.server"], server_env=ENV)
 
 

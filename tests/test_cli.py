@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import re
 import subprocess
 import sys
@@ -29,6 +30,21 @@ def test_embedded_pair_completes_a_real_file():
                 "total_ms", "speculative"):
         assert key in out
     assert out["speculative"] is True and out["new_tokens"] > 0 and out["ttft_ms"] > 0
+
+
+def test_the_main_job_on_the_shipped_defaults_is_quiet_and_says_why(tmp_path):
+    """The README's main job with no user config: the embedded pair's calibrated gate
+    (completer_min_confidence in its config.json) keeps its unsure `append(self.args)` quiet, and
+    the command says which rule dropped it; --min-confidence 0 shows the guess."""
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}  # not the suite's user config (gate off)
+    args = [sys.executable, "-m", "completer.cli", "complete", str(ROOT / "examples" / "stack.py"), "--line", "7",
+            "--col", "19"]
+    quiet = subprocess.run(args, capture_output=True, text=True, timeout=180, cwd=ROOT, env=env, check=False)
+    assert quiet.returncode == 0 and quiet.stdout.strip() == "", quiet.stderr
+    assert "no completion: the confidence rule dropped" in quiet.stderr
+    shown = subprocess.run([*args, "--min-confidence", "0"], capture_output=True, text=True, timeout=180,
+                           cwd=ROOT, env=env, check=False)
+    assert shown.returncode == 0 and shown.stdout.startswith("append("), shown.stderr
 
 
 @pytest.mark.parametrize("eol", ["\r\n", "\r"])
@@ -87,7 +103,8 @@ def test_long_raw_prompt_keeps_the_last_tokens_that_fit(tmp_path):
     r = run("complete", "--prompt-file", str(long), "--max-new-tokens", "8", "--greedy", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["prompt_tokens_dropped"] > 0 and out["prompt_tokens"] + 8 < 512 and len(out["token_ids"]) == 8
+    ctx = json.loads((ROOT / "draft_models" / "default" / "target" / "config.json").read_text())["max_position_embeddings"]
+    assert out["prompt_tokens_dropped"] > 0 and out["prompt_tokens"] + 8 < ctx and len(out["token_ids"]) == 8
 
 
 def test_options_schema_and_config_sources(tmp_path):

@@ -4,6 +4,7 @@ bounds under random edits, the work a 1 MB line costs (counted), and didChange t
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import sys
 from pathlib import Path
@@ -197,7 +198,7 @@ def test_change_from_lsp_uses_the_documents_encoding(encoding):
 
 
 SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "lsp.server"],
-                            server_env={"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+                            server_env={"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "XDG_CONFIG_HOME": os.environ["XDG_CONFIG_HOME"],
                                         "PYTHONPATH": str(ROOT)})
 
 

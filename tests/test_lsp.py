@@ -22,7 +22,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "lsp.server"],
-                            server_env={"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+                            server_env={"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "XDG_CONFIG_HOME": os.environ["XDG_CONFIG_HOME"],
                                         "PYTHONPATH": str(ROOT)})
 URI = "file:///tmp/example.py"
 SOURCE = "import os\n\n\ndef add(a, b):\n    return a + b\n\n\ndef main():\n    x = add(1, 2)\n"
@@ -251,12 +251,12 @@ async def test_default_pair_completes(client: LanguageClient):
 
 @pytest.mark.asyncio
 async def test_tokens_spent_on_a_dropped_completion_are_counted(client: LanguageClient):
-    # held-out asyncio code where the embedded pair writes `# The test_name is not not not …`
+    # held-out asyncio code where the embedded pair writes `_check_check_check…`
     # (tests/test_degenerate.py): the degenerate rule drops it, and the stats say what it cost
-    from test_degenerate import CUR, LOOP_BODY
+    from test_degenerate import degenerate_place
 
     await _start(client, {"max_new_tokens": 64, "debounce_ms": 0, "device": "cpu"})
-    text, off = LOOP_BODY.replace(CUR, ""), LOOP_BODY.index(CUR)
+    text, off = degenerate_place()
     _open(client, text)
     line = text[:off].count("\n")
     got = await client.text_document_inline_completion_async(_inline(line, off - text.rfind("\n", 0, off) - 1))

@@ -6,6 +6,7 @@ API key is required and sent."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from completer.remote.llamacpp import LlamaCpp
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "lsp.server"],
-                            server_env={"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+                            server_env={"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "XDG_CONFIG_HOME": os.environ["XDG_CONFIG_HOME"],
                                         "PYTHONPATH": str(ROOT)})
 # Real code: the head of completer/documents.py (after its docstring). The embedded pair was trained
 # on a FIM layout llama.cpp's /infill does not write (ours ends the prompt at the cursor:

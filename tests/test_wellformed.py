@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import sys
 from pathlib import Path
 
@@ -35,7 +36,7 @@ def test_lone_surrogates_become_one_replacement_each(text, want):
 
 
 SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "lsp.server"],
-                            server_env={"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+                            server_env={"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "XDG_CONFIG_HOME": os.environ["XDG_CONFIG_HOME"],
                                         "PYTHONPATH": str(ROOT)})
 URI = "file:///tmp/cut.py"
 SOURCE = 'import os\n\n\ndef add(a, b):\n    s = "\ud83d"\n    return a + b\n\n\ndef main():\n    x = add(1, 2)\n'
