@@ -99,19 +99,25 @@ def _fan_out(root: Path, modules: int, k: int) -> None:
         (root / "star" / f"m{i}.py").write_text(f"{stars}\n\ndef f{i}(x):\n    return x + {i}\n")
 
 
+def counted_resolvers(monkeypatch) -> list[Resolver]:
+    """Every Resolver the index makes from now on, kept to read its `lookups`."""
+    made: list[Resolver] = []
+
+    class Counted(Resolver):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            made.append(self)
+
+    monkeypatch.setattr(index_module, "Resolver", Counted)
+    return made
+
+
 def test_star_import_fan_out_resolves_with_bounded_lookups(tmp_path, monkeypatch):
     """500 modules each star-importing the next 10: a name none defines took 40 s of lookups."""
     _fan_out(tmp_path, 500, 10)
     ix = WorkspaceIndex(tmp_path)
     ix.build()
-    resolvers: list[Resolver] = []
-
-    class Counted(Resolver):
-        def __init__(self, *a, **kw):
-            super().__init__(*a, **kw)
-            resolvers.append(self)
-
-    monkeypatch.setattr(index_module, "Resolver", Counted)
+    resolvers = counted_resolvers(monkeypatch)
     text = "from star.m0 import nowhere, f5, f60\n\nnowhere(f5(1), f60(2))"
     got = ix.retrieve("use.py", text, len(text) - 1, 4000)
     assert len(resolvers) == 1
@@ -132,14 +138,7 @@ def test_an_import_cycle_of_stars_is_bounded_too(tmp_path, monkeypatch):
         (tmp_path / "ring" / f"m{i}.py").write_text(f"{stars}\n\ndef g{i}():\n    pass\n")
     ix = WorkspaceIndex(tmp_path)
     ix.build()
-    resolvers: list[Resolver] = []
-
-    class Counted(Resolver):
-        def __init__(self, *a, **kw):
-            super().__init__(*a, **kw)
-            resolvers.append(self)
-
-    monkeypatch.setattr(index_module, "Resolver", Counted)
+    resolvers = counted_resolvers(monkeypatch)
     text = "from ring.m0 import nowhere, g3\n\nnowhere(g3())"
     got = ix.retrieve("use.py", text, len(text) - 1, 4000)
     assert resolvers[0].lookups <= 2 * MAX_NAME_LOOKUPS

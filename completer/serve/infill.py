@@ -81,12 +81,7 @@ def parse(body: bytes, ctx: int, n_parallel: int) -> InfillRequest:
     """The request's fields; `n_predict` is kept to `ctx // 2` (llama-server takes any and stops
     at the context's end); `n_cmpl` is at most `n_parallel`, as llama-server bounds it by its
     slots. Raises BadRequest."""
-    try:
-        req = json.loads(body)
-    except (ValueError, RecursionError) as e:
-        raise BadRequest(f"the body is not valid JSON: {e}") from None
-    if not isinstance(req, dict):
-        raise BadRequest(f"the body must be a JSON object, not {type(req).__name__}")
+    req = protocol.json_object(body)
     f = {name: check(req, name, types, required=name in ("input_prefix", "input_suffix"))
          for name, types in FIELDS.items()}
     n_predict = _between(f, "n_predict", -1, INT32_MAX, -1)

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from .. import errors
 from ..wellformed import well_formed
-from .protocol import BadRequest, Job, Refused, check, chunks, first_stop
+from .protocol import BadRequest, Job, Refused, check, chunks, first_stop, json_object
 
 # field → accepted types; other fields are ignored, as OpenAI-compatible servers do
 FIELDS = {"prompt": (str, list), "suffix": (str,), "max_tokens": (int,), "temperature": (int, float),
@@ -86,12 +86,7 @@ async def model(service, request: web.Request) -> web.Response:
 
 def parse(body: bytes, ctx: int) -> dict:
     """The request's fields, checked (absent ones None). Raises BadRequest."""
-    try:
-        req = json.loads(body)
-    except (ValueError, RecursionError) as e:
-        raise BadRequest(f"the body is not valid JSON: {e}") from None
-    if not isinstance(req, dict):
-        raise BadRequest(f"the body must be a JSON object, not {type(req).__name__}")
+    req = json_object(body)
     f = {name: check(req, name, types, required=name == "prompt") for name, types in FIELDS.items()}
     if isinstance(f["prompt"], list):  # the openai clients send a batch of one as a list
         if len(f["prompt"]) != 1 or not isinstance(f["prompt"][0], str):

@@ -3,6 +3,7 @@ validation, error codes and msgpack framing; and `Job`, the one completion reque
 WebSocket and the OpenAI endpoints hand to the app."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import msgpack
@@ -125,6 +126,18 @@ def fields(msg: dict) -> dict:
     """The fields of a frame of a known type, checked against FRAMES (absent optional fields are
     None). Raises BadRequest."""
     return {name: check(msg, name, types, required) for name, (types, required) in FRAMES[msg["type"]].items()}
+
+
+def json_object(body: bytes) -> dict:
+    """An HTTP request's body that must be one JSON object (/v1/completions, /infill). Raises
+    BadRequest."""
+    try:
+        req = json.loads(body)
+    except (ValueError, RecursionError) as e:
+        raise BadRequest(f"the body is not valid JSON: {e}") from None
+    if not isinstance(req, dict):
+        raise BadRequest(f"the body must be a JSON object, not {type(req).__name__}")
+    return req
 
 
 def check(msg: dict, name: str, types: tuple[type, ...], required: bool = False):
