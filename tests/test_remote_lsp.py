@@ -32,9 +32,10 @@ SOURCE = "\n".join(_DOCUMENTS[_DOCUMENTS.index('"""', 3) + 4:].split("\n")[:60])
 # Every test here needs llama-server: without one they skip (fail under CI) before the `client`
 # fixture starts a language server (llama_bin is session-scoped, so it is set up first).
 pytestmark = pytest.mark.usefixtures("llama_bin")
-# An open list of counted numbers the model keeps extending: a long stream to cut, independent of
-# SOURCE (whose text changes whenever documents.py does; its tail once ended the stream after 5-17 tokens).
-LONG = "DATA = [\n" + "".join(f"    {i},\n" for i in range(40)) + "    "
+# Counted asserts the model keeps extending (the second build closes an open list of numbers within
+# 16 tokens): a long stream to cut, independent of SOURCE (whose text changes whenever documents.py
+# does; its tail once ended the stream after 5-17 tokens).
+LONG = "def test():\n" + "".join(f"    assert f({i}) == {i + 1}\n" for i in range(40)) + "    "
 HOLES = [(i, m.end()) for i, ln in enumerate(SOURCE.split("\n"))  # (line, column): the rest of the line goes
          for m in [re.search(r"(= |return |\()", ln)] if m]
 

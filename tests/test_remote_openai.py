@@ -3,6 +3,8 @@ llama-server (built by .ci/llamacpp.sh, the embedded target as GGUF). Model chec
 streaming, the in-loop stop closing the stream, API key."""
 from __future__ import annotations
 
+import json
+
 import pytest
 from test_remote_llamacpp import PREFIX, SUFFIX, TARGET, LlamaServer, llama, llama_paths  # noqa: F401
 from tokenizers import Tokenizer
@@ -21,11 +23,12 @@ def client(llama):  # noqa: F811
 
 
 def test_model_format_and_budget(client):
-    assert client.model.endswith(".gguf") and client.fmt == "completer" and client.ctx == 512
+    ctx = json.loads((TARGET / "config.json").read_text())["max_position_embeddings"]  # the server's n_ctx
+    assert client.model.endswith(".gguf") and client.fmt == "completer" and client.ctx == ctx
     assert client.exact_tokens  # llama-server has /tokenize beside /v1
     tok = Tokenizer.from_file(str(TARGET / "tokenizer.json"))
     assert client.count_tokens(PREFIX) == len(tok.encode(PREFIX, add_special_tokens=False).ids)
-    assert client.prompt_budget(16) == prompt_budget(512, 16)
+    assert client.prompt_budget(16) == prompt_budget(ctx, 16)
 
 
 def test_completes_streams_and_stops(client, llama):  # noqa: F811
