@@ -15,6 +15,8 @@ from test_lsp import client  # noqa: F401 - the real completer-lsp, used by name
 
 from completer import confidence
 from completer.client import Completion
+from completer.engine.drafters import Drafter
+from completer.engine.runner import RunnerBase
 from completer.engine.sampling import Proposal, Sampling
 from completer.engine.speculative import generate
 from completer.pipeline import complete_at
@@ -23,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 V = 16
 
 
-class Scripted:
+class Scripted(RunnerBase):
     """A target runner that, after `prompt`, emits `script[i]` with probability `probs[i]` (the
     rest of the mass spread over the other tokens), whatever was fed."""
 
@@ -49,7 +51,7 @@ class Scripted:
         return torch.stack(rows)  # [len(feed), V]
 
 
-class Oracle:
+class Oracle(Drafter):
     """Proposes the script itself: every draft is accepted, several tokens a verify."""
 
     def __init__(self, prompt, script):

@@ -8,7 +8,14 @@ import pytest
 import torch
 from conftest import random_llama
 
-from completer.engine.drafters import AdaptiveK, CombinedDrafter, FastPathDrafter, ModelDrafter, NgramDrafter
+from completer.engine.drafters import (
+    AdaptiveK,
+    CombinedDrafter,
+    Drafter,
+    FastPathDrafter,
+    ModelDrafter,
+    NgramDrafter,
+)
 from completer.engine.runner import HFRunner, LlamaWeights
 from completer.engine.runner_factory import make_runner
 from completer.engine.sampling import Proposal, Sampling, verify, warp
@@ -23,7 +30,7 @@ def hf_greedy(model, prompt: list[int], n: int) -> list[int]:
     return out[0, len(prompt):].tolist()
 
 
-class AlwaysWrong:
+class AlwaysWrong(Drafter):
     """A drafter that always proposes a token the target will not pick."""
 
     def __init__(self, target):
@@ -227,7 +234,7 @@ class Timed:
         return self.runner.forward(ids)
 
 
-class Oracle:
+class Oracle(Drafter):
     """Proposes the target's own greedy continuation (always accepted) at `cost` seconds a
     proposal: what a draft costs beyond its model step (catch-up, Python) made explicit."""
 

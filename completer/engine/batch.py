@@ -20,7 +20,7 @@ import time
 import torch
 
 from .native_runner import NativeRunner
-from .runner import LlamaRunner, forward_many
+from .runner import LlamaRunner, Runner, forward_many
 
 
 class _Call:
@@ -123,12 +123,12 @@ class StepBatcher:
 
 
 class Via:
-    """A runner whose forward goes through the step batcher; everything else is the runner's."""
+    """A runner (runner.Runner) whose forward goes through the step batcher and whose drafts are
+    capped by its share of a step (max_draft); everything else is the runner's."""
 
-    def __init__(self, runner, batcher: StepBatcher):
+    def __init__(self, runner: Runner, batcher: StepBatcher):
         self.runner, self.batcher = runner, batcher
-        self.max_len, self.vocab_size = runner.max_len, runner.vocab_size
-        self.head_rows = getattr(runner, "head_rows", None)
+        self.max_len, self.vocab_size, self.head_rows = runner.max_len, runner.vocab_size, runner.head_rows
         # the native one-call proposal, unbatched as the native forward is (StepBatcher.forward):
         # without it every product request drafted token by token (issue 37)
         self.greedy = runner.greedy
@@ -142,6 +142,12 @@ class Via:
 
     def truncate(self, n: int) -> None:
         self.runner.truncate(n)
+
+    def kv_bytes(self) -> int:
+        return self.runner.kv_bytes()
+
+    def reserved_bytes(self) -> int:
+        return self.runner.reserved_bytes()
 
     @property
     def max_draft(self) -> int | None:

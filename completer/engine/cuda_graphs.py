@@ -77,10 +77,7 @@ class GraphRunner(LlamaRunner):
 
     def _graph(self, b: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         if b not in self.graphs:
-            w = self.weights
-            pool = getattr(w, "_graph_pool", None)
-            if pool is None:
-                pool = w._graph_pool = torch.cuda.graph_pool_handle()
+            pool = self.weights.derive("graph_pool", torch.cuda.graph_pool_handle)
             s = torch.cuda.Stream()
             s.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(s):  # warm up outside the capture (cuBLAS handles, Triton JIT)

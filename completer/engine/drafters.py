@@ -19,8 +19,14 @@ from .sampling import EMPTY, Proposal, Sampling, warp
 class Drafter(Protocol):
     def propose(self, seq: list[int], k: int) -> Proposal: ...
 
+    def take_catch_up_ms(self) -> float:
+        """Milliseconds the last proposals spent catching a model up on tokens it missed (paid once
+        per switch to drafting; generate() leaves them out of the rounds' times), reset on reading.
+        0 for a drafter without a model."""
+        return 0.0
 
-class ModelDrafter:
+
+class ModelDrafter(Drafter):
     """A small causal LM that proposes k tokens autoregressively over its own position-indexed
     KV cache (`runner`: anything with sync/forward/truncate, see completer.engine.runner). A
     runner with `head_rows` scores only those ids; proposals map back to vocabulary ids and
@@ -36,7 +42,7 @@ class ModelDrafter:
 
     def __init__(self, runner, sampling: Sampling, generator: torch.Generator | None = None):
         self.runner, self.sampling, self.gen = runner, sampling, generator
-        self.rows = getattr(runner, "head_rows", None)
+        self.rows = runner.head_rows
         self._rows_t = torch.tensor(self.rows) if self.rows is not None else None
         self.catch_up_ms = 0.0
 
@@ -76,7 +82,7 @@ class ModelDrafter:
         return Proposal(ids, torch.stack(probs) if probs else None, "model")
 
 
-class NgramDrafter:
+class NgramDrafter(Drafter):
     """Prompt lookup: find the latest earlier occurrence of the sequence's last n tokens
     (n = max_n..min_n) and propose what followed it. No model, ≈0 cost."""
 
@@ -111,7 +117,7 @@ class NgramDrafter:
         return EMPTY
 
 
-class FastPathDrafter:
+class FastPathDrafter(Drafter):
     """Near-certain continuations mined from the corpus: (a, b) → c when P(c | a, b) ≥ 0.9
     over enough occurrences (mined by the recipe: `draft_models.fastpath`). Chains lookups, ≈0 cost."""
 
@@ -139,7 +145,7 @@ def _one_hot(ids: list[int], vocab: int) -> torch.Tensor:
     return torch.nn.functional.one_hot(torch.tensor(ids), vocab).float()  # [k, V]
 
 
-class CombinedDrafter:
+class CombinedDrafter(Drafter):
     """Cheapest first, then the model for the rest of the k tokens: an n-gram match when the
     document repeats itself (≥ `min_ngram_tokens` of it), then fast-path tokens, then the draft
     model continuing after them."""
@@ -352,7 +358,7 @@ class AdaptiveK:
         return plain_ms is None or self.idle * plain_ms * self.TRY_SHARE >= self.catch_up_ms
 
 
-class EditDrafter:
+class EditDrafter(Drafter):
     """Speculative edits: the original region is the draft of its rewrite. One per generation:
     the first call's sequence ends with the output's first token, and only output tokens are
     matched. Finds where the output stands in `original` — the longest n (max_n..1) for which

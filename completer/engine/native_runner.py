@@ -124,10 +124,7 @@ class NativeRunner(LlamaRunner):
         super().__init__(weights, max_len, kv_dtype)
         self._kv16 = int(kv_dtype == torch.float16)
         w = weights
-        cached = getattr(w, "_native", None)
-        if cached is None or cached[0] is not w.lm_head or cached[1] is not lib:  # after restrict_head
-            cached = w._native = (w.lm_head, lib, NativeWeights(w, lib))
-        self.nw = cached[2]
+        self.nw = w.derive(("native", lib), lambda: NativeWeights(w, lib))
         self.lib, self.threads = lib, threads
         self._model = ctypes.byref(self.nw.model)
         self._rot = self.rot.contiguous()

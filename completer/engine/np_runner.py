@@ -157,10 +157,7 @@ class NumpyRunner(LlamaRunner):
             raise ValueError("NumpyRunner needs a plain Llama layer on the CPU with float32, fp16 or int8 weights")
         super().__init__(w, max_len)
         _one_blas_thread()
-        cached = getattr(w, "_np", None)
-        if cached is None or cached[0] is not w.lm_head:  # (re)built after restrict_head
-            cached = w._np = (w.lm_head, _NpWeights(w))
-        self.np = cached[1]
+        self.np = w.derive("numpy", lambda: _NpWeights(w))
         self.H = self.n_heads
         self.Hkv = self.n_kv
         self.rot_np = self.rot.numpy()[:, None, :]  # [P, 1, hd/2] complex64

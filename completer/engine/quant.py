@@ -189,6 +189,7 @@ def quantize_weights(weights, spec: str):
                        _q(wdown, g["mlp"])) for (w_in, wqkv, wo, w_post, wgu, wdown) in weights.layers]
     weights.dtype = compute
     weights.quant_groups = g
+    weights.derived.clear()  # runners' forms of the old matrices
     return g
 
 

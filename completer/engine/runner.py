@@ -3,7 +3,8 @@
 A runner holds the token ids its cache covers (`ids`); `sync(seq)` keeps the longest common
 prefix with `seq` and returns the ids still to be fed; `forward(new_ids)` appends them and returns
 their logits; `truncate(n)` rolls back by moving the length pointer (rejected draft tokens cost
-nothing to undo). Two implementations:
+nothing to undo). `Runner` declares what every runner (and every wrapper: batch.Via) offers,
+the optional abilities included, so callers never probe with hasattr. Two implementations here:
 
 - `LlamaRunner`: a lean forward for the families of families.py (Llama, Mistral, Qwen2/3,
   StarCoder2, Gemma) over preallocated K/V tensors written by position; no `generate()` or
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -39,12 +40,39 @@ def common_prefix_len(a: list[int], b: list[int]) -> int:
     return lo
 
 
-class _Runner:
+@runtime_checkable
+class Runner(Protocol):
+    """A batch-1 model over a KV cache indexed by position: what the speculative loop, the
+    drafters, warmup and calibration use. Every runner and every wrapper implements all of it;
+    an ability a runner lacks is a declared None, never a missing attribute."""
+    ids: list[int]              # the tokens the cache covers
+    max_len: int                # positions the cache holds
+    vocab_size: int
+    head_rows: list[int] | None  # logits are over these ids, in this order (restrict_head); None: all
+    # `greedy(new_ids, k)`: append `new_ids` and pick k tokens greedily in one call (the native
+    # step's draft proposal); None where the runner has no such call
+    greedy: Callable[[list[int], int], list[int]] | None
+
+    @property
+    def max_draft(self) -> int | None:
+        """Draft tokens the next verify may carry (a batched step's share under load); None: no cap."""
+        ...
+
+    def sync(self, seq: list[int]) -> list[int]: ...
+    def truncate(self, n: int) -> None: ...
+    def forward(self, new_ids: list[int]) -> torch.Tensor: ...  # [T, V] or [T, len(head_rows)], at least float32
+    def kv_bytes(self) -> int: ...
+    def reserved_bytes(self) -> int: ...
+
+
+class RunnerBase:
+    """The shared part of the runners: `sync` over `truncate`, the declared defaults."""
     ids: list[int]
     max_len: int
-    # `greedy(new_ids, k)`: append `new_ids` and pick k tokens greedily in one call (the native
-    # step's draft proposal); None where the runner has no such call (drafters test for None)
+    vocab_size: int
+    head_rows: list[int] | None = None
     greedy: Callable[[list[int], int], list[int]] | None = None
+    max_draft: int | None = None  # a lone runner has no cap (batch.Via has one under load)
 
     def sync(self, seq: list[int]) -> list[int]:
         """Keep the cached prefix shared with `seq`; return the ids of `seq` still to feed."""
@@ -205,6 +233,9 @@ class LlamaWeights:
             self.norm = self.norm.to(self.dtype)
             self.layers = [(a.to(self.dtype), q, o, p.to(self.dtype), gu, d) for a, q, o, p, gu, d in self.layers]
         self.head_rows: list[int] | None = None  # see restrict_head
+        # forms of these weights that a runner kind computes once and its runners share (the NumPy
+        # step's arrays, the native step's packs, a CUDA graph pool): derive(); restrict_head clears them
+        self.derived: dict[object, object] = {}
 
     @classmethod
     def from_hf(cls, model) -> LlamaWeights:
@@ -234,6 +265,13 @@ class LlamaWeights:
         if head is None:
             raise ValueError("restrict_head needs a dense LM head")
         self.lm_head = _t_contiguous(head[torch.tensor(self.head_rows, device=head.device)])
+        self.derived.clear()  # the runners' forms hold the old head
+
+    def derive(self, kind: object, build: Callable[[], object]) -> object:
+        """The form `kind` of these weights, built once by `build` and shared by every runner."""
+        if kind not in self.derived:
+            self.derived[kind] = build()
+        return self.derived[kind]
 
     def get_input_embeddings(self):  # the HF accessor, for code that sizes caches by dtype
         return SimpleNamespace(weight=self.embed)
@@ -248,7 +286,7 @@ class LlamaWeights:
         return iter(seen.values())
 
 
-class LlamaRunner(_Runner):
+class LlamaRunner(RunnerBase):
     """Lean batch-1 forward of a model of the layout table over its own K/V; weights are shared."""
 
     def __init__(self, weights: LlamaWeights, max_len: int | None = None, kv_dtype: torch.dtype | None = None):
@@ -365,7 +403,7 @@ def forward_many(runners: list[LlamaRunner], feeds: list[list[int]]) -> list[tor
     return [logits[offs[i]:offs[i + 1]] for i in range(len(runners))]
 
 
-class HFRunner(_Runner):
+class HFRunner(RunnerBase):
     """Any HF causal LM (quantized ones included) through a DynamicCache.
 
     The cache is built without the config, so every layer keeps all its positions: a

@@ -3,15 +3,19 @@ and HF runners, native_runner.py's native step, np_runner.py's NumPy step, cuda_
 replay), so they import runner.py and never each other."""
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from .cuda_graphs import GraphRunner
 from .native_lib import native_or_none
 from .native_runner import NativeRunner
 from .np_runner import NumpyRunner, eligible
-from .runner import HFRunner, LlamaRunner, LlamaWeights, _Runner, lean_supported
+from .runner import HFRunner, LlamaRunner, LlamaWeights, Runner, lean_supported
 
 KV_DTYPES = {"f16": torch.float16, "f32": torch.float32}
+# an HF model's lean weights, fused once and shared by every runner of that model
+_LEAN: weakref.WeakKeyDictionary[torch.nn.Module, LlamaWeights] = weakref.WeakKeyDictionary()
 
 
 def _lean_weights(model, lean: bool) -> LlamaWeights | None:
@@ -21,9 +25,9 @@ def _lean_weights(model, lean: bool) -> LlamaWeights | None:
         return model
     if not (lean and lean_supported(model)):
         return None
-    w = getattr(model, "_lean_weights", None)
+    w = _LEAN.get(model)
     if w is None:
-        w = model._lean_weights = LlamaWeights.from_hf(model)
+        w = _LEAN[model] = LlamaWeights.from_hf(model)
     return w
 
 
@@ -43,7 +47,7 @@ def kv_dtype(model, lean: bool = True, kv_cache: str = "f16") -> torch.dtype | N
 
 
 def make_runner(model, max_len: int | None = None, lean: bool = True, threads: int = 1,
-                kv_cache: str = "f16") -> _Runner:
+                kv_cache: str = "f16") -> Runner:
     """A runner for `model`: LlamaWeights → lean; an HF model → lean when its config is in the
     family table (families.py) and its linears are plain, else HF.
     On the CPU, a plain Llama layer with float32 / fp16 / int8 weights (target or draft) decodes

@@ -65,7 +65,6 @@ def generate(target, prompt: list[int], max_new: int, sampling: Sampling,
     out: list[int] = []
     new, lps = [cur], token_logprobs(logits, [cur])
     t_round = k.clock() if k is not None else 0.0  # rounds timed end to end: k weighs drafting against plain
-    catch_up = getattr(drafter, "take_catch_up_ms", None)  # a draft's one-off catch-up, left out of the rounds
     while True:
         eos = next((i for i, t in enumerate(new) if t in eos_ids), None)
         new = new[:eos][: max_new - len(out)]
@@ -95,7 +94,7 @@ def generate(target, prompt: list[int], max_new: int, sampling: Sampling,
         if room < 0:
             st.stop_reason = "context"
             break
-        cap = getattr(target, "max_draft", None)  # a batched step's share under load (batch.Via)
+        cap = target.max_draft  # a batched step's share under load (batch.Via)
         kk = min(k.k if k else 0, max_new - len(out), room, cap if cap is not None else room)
         prop = drafter.propose(prompt + out, kk) if drafter is not None and kk > 0 else EMPTY
         base = len(target.ids)
@@ -109,7 +108,7 @@ def generate(target, prompt: list[int], max_new: int, sampling: Sampling,
         if k is not None:  # the round: the loop, the draft's catch-up and proposal, the verify
             now = k.clock()
             timed = sampling.greedy and st.target_forwards > UNTIMED_ROUNDS  # a seeded sample must not hang on timing
-            spent = catch_up() if catch_up is not None else 0.0
+            spent = drafter.take_catch_up_ms() if drafter is not None else 0.0  # a draft's one-off catch-up
             ms = max(0.0, (now - t_round) * 1e3 - spent)
             k.update(len(prop.ids), n, ms if timed else None, spent)
             t_round = now
