@@ -10,15 +10,13 @@ phase of the machine hits all alike. Nothing else should run meanwhile (no train
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gate import _cpu
 from heldout import fim_holes
+from record import cpu_model, write
 
 from completer.config import EngineConfig
 from completer.engine.engine import Engine
@@ -66,19 +64,18 @@ def main() -> int:
             tau[k].append(t)
         print(f"\r{used}/{a.n}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
-    report = {"cpu": _cpu(), "date": time.strftime("%Y-%m-%d"), "prompts": used, "depth": a.depth, "new": a.new,
+    report = {"prompts": used, "depth": a.depth, "new": a.new,
               "rows": {f"{n} {m}": {"ms_per_token_median": round(statistics.median(ms[n, m]), 3),
                                     "tau_median": round(statistics.median(tau[n, m]), 2)}
-                       for (n, m) in engines if ms[n, m]}}
+                       for (n, m) in engines if ms[n, m]},
+              "per_prompt": {f"{n} {m}": [round(v, 3) for v in ms[n, m]] for (n, m) in engines if ms[n, m]}}
     print(f"decode through Engine.complete_ids, {used} held-out prompts of {a.depth} tokens, {a.new} new, "
-          f"greedy; CPU: {report['cpu']}")
+          f"greedy; CPU: {cpu_model()}")
     base = next(iter(report["rows"].values()))["ms_per_token_median"] if report["rows"] else 0
     for k, r in report["rows"].items():
         print(f"{k:24} {r['ms_per_token_median']:8.3f} ms/token  τ {r['tau_median']:5.2f}  "
               f"{r['ms_per_token_median'] / base:5.2f}x the first row")
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"wrote {a.out}")
+    print(f"wrote {write('decode', report, threads=EngineConfig().decode_threads, path=a.out)}")
     return 0
 
 

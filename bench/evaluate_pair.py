@@ -1,6 +1,7 @@
 """Measure a target/draft pair on held-out code for the model card.
 
-`python bench/evaluate_pair.py [--target DIR --draft DIR] [--out FILE.json]` prints a table:
+`python bench/evaluate_pair.py [--target DIR --draft DIR] [--out FILE.json]` prints a table (and writes it,
+bench/record.py's record, to --out, default bench/out/evaluate_pair_SOURCE.json):
 - target: held-out loss / perplexity and next-token accuracy vs a token 4-gram model (stupid
   backoff, counted on the training split) on the same held-out tokens;
 - single-line exact match on held-out holes (real lines cut at a random point; the model fills
@@ -17,7 +18,6 @@ context, so that pairs of different windows compare.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import subprocess
 import sys
@@ -231,8 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     res["params_draft_M"] = sum(p.numel() for p in hf_d.parameters()) / 1e6
     for k, v in res.items():
         print(f"{k:28s} {v:.4f}" if isinstance(v, float) else f"{k:28s} {v}")
-    if a.out:
-        a.out.write_text(json.dumps(res, indent=2) + "\n")
+    from record import write  # bench/, the script's directory
+
+    print(f"wrote {write(f'evaluate_pair_{a.source}', res, threads=torch.get_num_threads(), path=a.out)}")
     return 0
 
 

@@ -25,7 +25,6 @@ import os
 import random
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -33,7 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from context import PACKAGES, SKIP_PARTS, fetch  # bench/, the script's directory
 from holes import line_hole
+from record import cpu_model, write
+from report import draw, gate_figure
 
+from completer.config import EngineConfig
 from completer.pipeline import CompletionOptions, complete_at, make_engine
 from completer.workspace import WorkspaceIndex, find_root
 from draft_models import DEFAULT_TARGET
@@ -141,30 +143,6 @@ def print_table(title: str, tables: dict[str, dict[float, dict]]) -> None:
             print(f"{name:10} {t:>8} " + " ".join(f"{s[c]:>12}" for c in cols))
 
 
-def plot(tables: dict[str, dict[float, dict]], path: Path) -> bool:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for name, table in tables.items():
-        ts = sorted(table)
-        xs = [table[t]["shown_%"] for t in ts]
-        ax.plot(xs, [table[t]["exact_of_shown_%"] for t in ts], "o-", label=f"{name}: exact first line")
-        ax.plot(xs, [table[t]["wrong_first_of_shown_%"] for t in ts], "x--", label=f"{name}: wrong from 1st char")
-        for t, x, y in zip(ts, xs, [table[t]["exact_of_shown_%"] for t in ts]):
-            ax.annotate(f"{t:g}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7)
-    ax.set_xlabel("% of requests that show a completion")
-    ax.set_ylabel("% of shown completions")
-    ax.set_title("confidence gate on held-out PyPI code (labels: min_confidence)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return True
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=60, help="holes (each at every threshold)")
@@ -179,8 +157,7 @@ def main() -> None:
     a = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     pairs = [(p.split("=", 1)[0], *p.split("=", 1)[1].split(",")) for p in a.pair] or [("embedded", None, None)]
-    report: dict = {"n": a.n, "seed": a.seed, "packages": list(PACKAGES), "pairs": {}, "thresholds": a.thresholds,
-                    "cpu": _cpu(), "date": time.strftime("%Y-%m-%d")}
+    report: dict = {"n": a.n, "seed": a.seed, "packages": list(PACKAGES), "pairs": {}, "thresholds": a.thresholds}
     with tempfile.TemporaryDirectory() as tmp:
         pypi = make_line_holes(a.n, a.seed, pypi_files(a.sdists, Path(tmp)))
         calib = make_line_holes(a.n, a.seed, heldout_files()) if a.calibrate else []
@@ -209,21 +186,14 @@ def main() -> None:
             engine.close()
     if cal_tables:
         print_table("calibration: stdlib held-out split (training domain, never trained on)", cal_tables)
-    print_table(f"held-out PyPI code ({', '.join(PACKAGES)}), {a.n} line holes, CPU: {report['cpu']}", tables)
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "gate.json").write_text(json.dumps(report, indent=1))
-    png = plot(tables, a.out / "gate.png")
-    print(f"wrote {a.out / 'gate.json'}" + (f" and {a.out / 'gate.png'}" if png else ""))
-
-
-def _cpu() -> str:
+    print_table(f"held-out PyPI code ({', '.join(PACKAGES)}), {a.n} line holes, CPU: {cpu_model()}", tables)
+    path = write("gate", report, threads=EngineConfig().decode_threads, path=a.out / "gate.json")
+    print(f"wrote {path}")
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
+        draw(gate_figure, json.loads(path.read_text())["results"], a.out / "gate.png")  # the record's own figure
+        print(f"wrote {a.out / 'gate.png'}")
+    except ImportError:  # matplotlib is a dev extra
         pass
-    return "unknown"
 
 
 if __name__ == "__main__":

@@ -43,6 +43,8 @@ import time
 import zlib
 from pathlib import Path
 
+from record import write  # bench/, the script's directory
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "bench" / "out"
@@ -624,8 +626,8 @@ def main(argv: list[str] | None = None) -> int:
         res = bench_engine(a)
         print_engine(res)
     out = a.out or OUT / ("keystrokes_cases.json" if a.cases else "keystrokes_lsp.json" if a.lsp else "keystrokes.json")
-    out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(a).items()}, **res}, indent=1))
-    print(f"wrote {out}")
+    args = {k: str(v) for k, v in vars(a).items()}
+    print(f"wrote {write(out.stem, {'args': args, **res}, threads=a.threads, path=out)}")
     return 0
 
 

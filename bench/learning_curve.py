@@ -1,6 +1,8 @@
 """The embedded pair's learning curve from its build log (draft_models/default/train_log.txt):
 training loss (a moving mean over the logged steps) and held-out loss at each evaluation, against
 tokens seen. Tokens per step come from the preset in the log's build summary or `--tokens-per-step`.
+Writes the curves as bench/out/learning_curve.json (bench/record.py) and draws them to --out with
+bench/report.py's figure (the one docs/benchmarks.md shows).
 
     python bench/learning_curve.py [--log draft_models/default/train_log.txt] [--tokens-per-step 2048]
         [--out docs/img/learning_curve.png]
@@ -12,6 +14,9 @@ import json
 import re
 from pathlib import Path
 
+from record import write  # bench/, the script's directory
+from report import draw, learning_curve_figure, mtok
+
 ROOT = Path(__file__).resolve().parents[1]
 STEP = re.compile(r"\[(target|draft)\] step (\d+)/\d+ loss ([\d.]+)")
 EVAL = re.compile(r"\[(target|draft)\] eval step (\d+): (\{.*\})")
@@ -19,10 +24,10 @@ RESUME = re.compile(r"\[(target|draft)\] resumed at step (\d+)")
 
 
 def read(log: Path) -> dict[str, dict[str, list]]:
-    """stage → {"train": [(step, loss)], "eval": [(step, loss, acc)]}; a resumed stage's repeated
-    steps keep their last value."""
+    """stage → {"train": [(step, loss)], "eval": [(step, loss, acc)]} of the log's last build (builds
+    are separated by `# --- ` lines); a resumed stage's repeated steps keep their last value."""
     out: dict[str, dict[str, dict]] = {}
-    for line in log.read_text().splitlines():
+    for line in re.split(r"^# --- .*$", log.read_text(), flags=re.MULTILINE)[-1].splitlines():
         if m := STEP.search(line):
             out.setdefault(m[1], {"train": {}, "eval": {}})["train"][int(m[2])] = float(m[3])
         elif m := EVAL.search(line):
@@ -41,34 +46,17 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "img" / "learning_curve.png")
     a = ap.parse_args()
     curves = read(a.log)
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    tgt = curves.get("target")
-    if not tgt:
+    if not curves.get("target"):
         raise SystemExit(f"{a.log}: no target steps")
-    mtok = lambda step: (a.tokens_before + step * a.tokens_per_step) / 1e6
-    steps, losses = zip(*tgt["train"])
-    w = a.smooth
-    mean = [sum(losses[max(0, i - w + 1):i + 1]) / len(losses[max(0, i - w + 1):i + 1]) for i in range(len(losses))]
-    ax.plot([mtok(s) for s in steps], mean, label=f"training loss (mean of {w} logged steps)")
-    if tgt["eval"]:
-        es, el, _ = zip(*tgt["eval"])
-        ax.plot([mtok(s) for s in es], el, "o-", label="held-out loss (stdlib email/ json/ asyncio/)")
-        for s, loss, acc in tgt["eval"]:
-            ax.annotate(f"acc {acc:.3f}", (mtok(s), loss), textcoords="offset points", xytext=(4, 6), fontsize=7)
-    ax.set_xlabel("tokens seen (millions)")
-    ax.set_ylabel("cross-entropy (nats/token)")
-    ax.set_title("embedded target: learning curve")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(a.out, dpi=120)
-    for s, loss, acc in tgt["eval"]:
-        print(f"step {s:>6}  tokens {mtok(s):7.2f} M  held-out loss {loss:.4f}  acc {acc:.4f}")
-    print(f"wrote {a.out}")
+    log = a.log.resolve()
+    res = {"log": str(log.relative_to(ROOT) if log.is_relative_to(ROOT) else log), "tokens_per_step": a.tokens_per_step,
+           "tokens_before": a.tokens_before, "smooth": a.smooth, "stages": curves}
+    path = write("learning_curve", res, threads=None)  # nothing timed: a log read back
+    res = json.loads(path.read_text())["results"]  # the figure draws what the record holds
+    draw(learning_curve_figure, res, a.out, (6.5, 4))
+    for s, loss, acc in res["stages"]["target"]["eval"]:
+        print(f"step {s:>6}  tokens {mtok(res, s):7.2f} M  held-out loss {loss:.4f}  acc {acc:.4f}")
+    print(f"wrote {path} and {a.out}")
 
 
 if __name__ == "__main__":

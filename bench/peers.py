@@ -333,10 +333,12 @@ def main() -> int:
             results[name] = measure(name, random_model(shape, layout, a.device), a, cache, prompts)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "peers.json").write_text(json.dumps({"threads": a.threads, "device": a.device, "new": NEW,
-                                                "models": results}, indent=2) + "\n")
+    from record import write
+
+    path = write("peers", {"threads": a.threads, "device": a.device, "new": NEW, "models": results},
+                 threads=a.threads, path=out / "peers.json")
     _plot(results, out / "peers.png")
-    print(f"\nwrote {out / 'peers.json'} and peers.png")
+    print(f"\nwrote {path} and peers.png")
     return 0
 
 

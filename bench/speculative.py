@@ -12,7 +12,6 @@ ids. Writes bench/out/speculative.json and .png.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -22,6 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from heldout import fim_holes
+from record import write
 
 OUT = Path(__file__).resolve().parent / "out"
 
@@ -229,7 +229,7 @@ def main() -> int:
                "decode_vs_hf_assisted": (dassisted / dmed) if dassisted else None,
                "same_ids": f"{same}/{len(ref_ids)}",
                "accept_by_pos": [ac / pr if pr else None for ac, pr in zip(r["acc_pos"], r["prop_pos"])][:8],
-               "by_source": r["by_source"]}
+               "by_source": r["by_source"], "decode_ms_per_token_by_prompt": r["decode_ms_per_token"]}
         table[name] = row
         vs_a = f"{row['vs_hf_assisted']:.2f}x" if assisted else "-"
         dvs_a = f"{row['decode_vs_hf_assisted']:.2f}x" if dassisted else "-"
@@ -243,14 +243,12 @@ def main() -> int:
     for name, row in table.items():
         if row["by_source"]:
             print(f"  {name:26s} {row['by_source']}")
-    OUT.mkdir(exist_ok=True)
-    (OUT / "speculative.json").write_text(json.dumps({"step_ratio": c, "verify_costs": costs[1],
-                                                      "n": len(prompts), "new": a.new,
-                                                      "quant": a.quant, "draft_vocab": a.draft_vocab,
-                                                      "threads": torch.get_num_threads(),
-                                                      "methods": table}, indent=2) + "\n")
+    path = write("speculative", {"step_ratio": c, "verify_costs": costs[1], "n": len(prompts), "new": a.new,
+                                 "quant": a.quant, "draft_vocab": a.draft_vocab, "threads": torch.get_num_threads(),
+                                 "prompts": [h.file for h in holes], "methods": table},
+                 threads=torch.get_num_threads())
     _plot(table, OUT / "speculative.png")
-    print(f"\nwrote {OUT / 'speculative.json'} and speculative.png")
+    print(f"\nwrote {path} and speculative.png")
     return 0
 
 

@@ -23,10 +23,8 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import platform
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
@@ -34,16 +32,13 @@ PROMPT = 400
 
 
 def cpu_name() -> str:
-    """lscpu's model name and the widest vector extension /proc/cpuinfo reports."""
+    """The CPU's model name and the widest vector extension /proc/cpuinfo reports."""
+    from record import cpu_model  # bench/, the script's directory
+
     from completer_kernels import native
 
-    try:
-        model = next(ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                     if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        model = platform.processor() or platform.machine()
     isa = native.isa_flags(native.cpu_flags())
-    return f"{model}, {isa[0] if isa else 'no AVX2'}, {torch.get_num_threads()} threads"
+    return f"{cpu_model()}, {isa[0] if isa else 'no AVX2'}, {torch.get_num_threads()} threads"
 
 
 def _spin(stop) -> None:
