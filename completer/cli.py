@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, config, logs, netguard
+from . import __version__, config, doctor, logs, netguard
 from .client import EngineError
 
 CONFIG_SCOPES = tuple(config.SCOPES)  # `completer config` shows every command's options
@@ -186,6 +186,18 @@ def cmd_serve(a: argparse.Namespace) -> int:
     return run(serve_cfg, make_engine)
 
 
+def cmd_doctor(a: argparse.Namespace) -> int:
+    """The setup `completer complete` would use in the workspace (default: the current
+    directory), checked in order (completer/doctor.py); exit 0 when usable, 1 when not."""
+    if a.workspace is not None and not Path(a.workspace).is_dir():
+        raise UsageError(f"--workspace {a.workspace} is not a directory")
+    root = config.workspace_root(a.workspace or Path.cwd())
+    r, warnings = doctor.resolve(config.from_args(a, doctor.SCOPES + ("trust",)), root)
+    report = doctor.run(doctor.Subject(r, root, warnings))
+    print(json.dumps(report.to_json(), indent=2) if a.json else "\n".join(report.lines()))
+    return 0 if report.usable else 1
+
+
 def cmd_options(a: argparse.Namespace) -> int:
     scopes = a.scope or tuple(config.SCOPES)
     if a.json_schema:
@@ -268,6 +280,12 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("serve", parents=[common], help="the engine service: WebSocket+msgpack at /ws, OpenAI /v1/completions, "
                                      "/metrics, /health")
     config.add_arguments(s, ("serve", "engine", "trust"))
+    d = sub.add_parser("doctor", parents=[common], help="check the setup in order (config, engine, model, native "
+                       "step, workspace index, a trial completion) and say the first thing wrong with its fix")
+    d.add_argument("--workspace", metavar="DIR", help="the workspace to check (its .completer.toml, its index) "
+                   "[default: the current directory]")
+    d.add_argument("--json", action="store_true", help="print one JSON object: usable, checks, first_problem")
+    config.add_arguments(d, (*doctor.SCOPES, "trust"))
     o = sub.add_parser("options", parents=[common], help="list the options (the one schema behind flags, LSP options, config files)")
     o.add_argument("--json-schema", action="store_true", help="print them as a JSON Schema")
     o.add_argument("--scope", action="append", choices=tuple(config.SCOPES), help="only these scopes")
@@ -286,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _quiet_libraries(progress=not getattr(a, "json", False))
     commands = {"complete": cmd_complete, "next-edit": cmd_next_edit, "serve": cmd_serve, "options": cmd_options,
-                "config": cmd_config}
+                "config": cmd_config, "doctor": cmd_doctor}
     try:
         return commands[a.cmd](a)
     except (UsageError, EngineError) as e:

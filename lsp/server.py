@@ -33,7 +33,8 @@ class CompleterServer(LanguageServer):
                          text_document_sync_kind=t.TextDocumentSyncKind.Incremental)
         self.cli = cli or {}  # options given as completer-lsp flags: above every other source
         self.service = Service(say=self.say)
-        self.warnings: list[str] = []
+        self.warnings: list[str] = []  # what reading the options said at initialize
+        self.client_info: t.ClientInfo | None = None  # the editor's name and version (initialize)
         self.progress_ids = itertools.count(1)  # one progress token per load or index walk
 
     def report_server_error(self, error: Exception, source) -> None:
@@ -136,6 +137,7 @@ def build(cli: dict | None = None) -> CompleterServer:
         except (OSError, ValueError) as e:  # a root the OS refuses (NUL byte, name too long)
             opts, ls.warnings = parse_options(params.initialization_options, cli=ls.cli)
             ls.warnings.append(f"workspace root unusable ({str(e)[:200]}): no project .completer.toml read")
+        ls.client_info = params.client_info
         enc = ls.workspace.position_encoding
         ls.service.configure(opts, str(getattr(enc, "value", enc) or "utf-16"), root)
 
@@ -240,6 +242,12 @@ def build(cli: dict | None = None) -> CompleterServer:
             return await ls.service.next_edit(uri, line, ch)
         except PositionError as e:
             raise JsonRpcInvalidParams(f"position: {e}") from None
+
+    @ls.feature("completer/doctor")
+    async def doctor(ls: CompleterServer, params: Any):
+        info = ls.client_info
+        client = " ".join(filter(None, (info.name, info.version))) if info is not None else None
+        return await ls.service.doctor(client, ls.warnings)
 
     @ls.feature(t.SHUTDOWN)
     def shutdown(ls: CompleterServer, params: Any):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pygls.uris import to_fs_path
 
-from completer import config, errors
+from completer import config, doctor, errors
 from completer.client import Chunk, EngineClient, EngineError, accepted_count
 from completer.config import needs_reload
 from completer.documents import Documents, PositionError, offset_at, parser_count
@@ -34,7 +34,7 @@ from completer.pipeline import complete_at, make_engine, prompt_for, warmup_at
 from completer.syntax import detect_triggers
 from completer.workspace import WorkspaceIndex
 
-from .options import ServerOptions
+from .options import SCOPES, ServerOptions
 
 log = logging.getLogger("completer.lsp")
 MAX_DOCUMENT_CHARS = 16 * 2**20  # a larger document is not kept: no completions there, one warning
@@ -634,6 +634,22 @@ class Service:
                 "next_edit_shown": c["next_edit_shown"], "next_edit_accepted": c["next_edit_accepted"],
                 "next_edit_rejected": c["next_edit_rejected"],
                 "next_edit_latency_ms": {"p50": _pct(self.next_edit_ms, 0.5), "p90": _pct(self.next_edit_ms, 0.9)}}
+
+    # -- the doctor (completer/doctor.py) ------------------------------------------------------------
+    async def doctor(self, client: str | None, warnings: list[str]) -> dict:
+        """completer/doctor: the doctor's checks on this session's setup as it is (its options,
+        engine once a load under way ends, and index; nothing is loaded again), on the engine thread,
+        and the editor's facts: `client` (its name and version), the position encoding it
+        negotiated, the open documents. The JSON of `completer doctor --json`."""
+        if self.engine_state == "loading":  # as a completion does: the engine it would use
+            await asyncio.wait((self._load_future(),), timeout=self.options.ready_wait_ms / 1000)
+        r = self.options.resolved or config.resolve([], SCOPES)
+        subject = doctor.Subject(r, Path(self.root) if self.root else None, list(warnings), live=True,
+                                 engine=self.engine, engine_state=self.engine_state, engine_error=self.engine_error,
+                                 index=self.index, editor={"client": client, "position_encoding": self.docs.encoding,
+                                                           "documents": len(self.docs)})
+        report = await asyncio.get_running_loop().run_in_executor(self.worker, doctor.run, subject)
+        return report.to_json()
 
     def shutdown(self) -> None:
         for req in self.pending.values():

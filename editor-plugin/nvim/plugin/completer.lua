@@ -28,6 +28,16 @@ local subcommands = {
       c.counters.rejected, ne.shown, ne.accepted))
   end,
   restart = function() require('completer').restart() end,
+  doctor = function()
+    local c = require('completer')
+    local report, err = c.doctor()
+    if not report then
+      error('completer: ' .. tostring(err) .. ' (run `completer doctor` in a shell)')
+    end
+    local level = not report.usable and vim.log.levels.ERROR
+      or type(report.first_problem) == 'table' and vim.log.levels.WARN or vim.log.levels.INFO
+    vim.notify(table.concat(c.doctor_lines(report), '\n'), level)
+  end,
   stats = function()
     local stats, err = require('completer').server_stats()
     if not stats then
@@ -54,7 +64,7 @@ vim.api.nvim_create_user_command('Completer', function(cmd)
   end
 end, {
   nargs = '*',
-  desc = 'completer: enable|disable|toggle [buffer|filetype], snooze [min], status, restart, stats',
+  desc = 'completer: enable|disable|toggle [buffer|filetype], snooze [min], status, restart, stats, doctor',
   complete = function(_, line)
     local words = vim.split(line, '%s+', { trimempty = false })
     if #words <= 2 then

@@ -3,15 +3,17 @@
  * the settings and sends later setting changes as workspace/didChangeConfiguration (no
  * restart; the server reloads models only for model options), reports accepted/rejected
  * completions (`completer/feedback`), shows model loading ($/progress) and the on/off state in
- * the status bar, whose menu switches completions on/off, per language, snoozes, shows stats
- * and restarts. Ghost text, Tab, and word/line partial accept are VS Code's own
- * inline-suggestion UI; the logic lives in options.ts, feedback.ts, status.ts and switches.ts.
+ * the status bar, whose menu switches completions on/off, per language, snoozes, runs the
+ * doctor (`completer/doctor`), shows stats and restarts. Ghost text, Tab, and word/line partial
+ * accept are VS Code's own inline-suggestion UI; the logic lives in options.ts, feedback.ts,
+ * status.ts, switches.ts and doctor.ts.
  */
 import * as vscode from "vscode";
 import {
   LanguageClient, LanguageClientOptions, ServerOptions, State, TransportKind,
   WorkDoneProgress, WorkDoneProgressCreateRequest,
 } from "vscode-languageclient/node";
+import { DoctorReport, doctorLines, doctorNotice } from "./doctor";
 import { ACCEPT_GUARD_MS, FeedbackParams, FeedbackTracker, isWithdrawal, textAfterCursor } from "./feedback";
 import { InitOptions, OPTIONS, reloads, settingsChange, toInitializationOptions } from "./options";
 import { registerNextEdits } from "./nextEditUi";
@@ -195,6 +197,21 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     log.show(true);
   };
 
+  /** `completer/doctor`: its lines in the output channel, the first problem as a notification. */
+  const runDoctor = async () => {
+    if (client?.state !== State.Running) {
+      void vscode.window.showWarningMessage(`${status.view().tooltip}; run \`completer doctor\` in a terminal`);
+      return;
+    }
+    const report = await client.sendRequest<DoctorReport>("completer/doctor", {});
+    log.info(["completer doctor:", ...doctorLines(report)].join("\n"));
+    log.show(true);
+    const n = doctorNotice(report);
+    if (n.level === "error") void vscode.window.showErrorMessage(n.text);
+    else if (n.level === "warning") void vscode.window.showWarningMessage(n.text);
+    else void vscode.window.showInformationMessage(n.text);
+  };
+
   const setEnabled = async (on: boolean, language?: string) => {
     const cfg = vscode.workspace.getConfiguration("completer", language ? { languageId: language } : undefined);
     await cfg.update("enable", on, vscode.ConfigurationTarget.Global, language !== undefined);
@@ -206,6 +223,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       case "enable": return setEnabled(a.on);
       case "language": return setEnabled(a.on, a.language);
       case "snooze": return snooze(a.minutes);
+      case "doctor": return runDoctor();
       case "stats": return showStats();
       case "restart": return restart();
     }
@@ -224,6 +242,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       if (inner) await vscode.commands.executeCommand(inner.command, ...(inner.arguments ?? []));
     }),
     vscode.commands.registerCommand("completer.showStats", showStats),
+    vscode.commands.registerCommand("completer.doctor", runDoctor),
     vscode.commands.registerCommand("completer.restart", restart),
     vscode.commands.registerCommand("completer.menu", async () => {
       const pick = await vscode.window.showQuickPick(menuItems(switchState(snoozedUntil)), { title: "completer" });

@@ -21,6 +21,7 @@ export type MenuAction =
   | { kind: "enable"; on: boolean }
   | { kind: "language"; language: string; on: boolean }
   | { kind: "snooze"; minutes: number }
+  | { kind: "doctor" }
   | { kind: "stats" }
   | { kind: "restart" };
 
@@ -61,7 +62,9 @@ export function menuItems(s: SwitchState): MenuItem[] {
     items.push({ label: "$(clock) Snooze 5 minutes", action: { kind: "snooze", minutes: 5 } },
                { label: "$(clock) Snooze 30 minutes", action: { kind: "snooze", minutes: 30 } });
   }
-  items.push({ label: "$(graph) Show server stats", action: { kind: "stats" } },
+  items.push({ label: "$(pulse) Check the setup (doctor)", description: "the first thing wrong, with its fix",
+               action: { kind: "doctor" } },
+             { label: "$(graph) Show server stats", action: { kind: "stats" } },
              { label: "$(debug-restart) Restart language server", action: { kind: "restart" } });
   return items;
 }

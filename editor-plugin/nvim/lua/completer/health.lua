@@ -1,5 +1,6 @@
 --- :checkhealth completer — Neovim, the server executable, the running server (models, engine),
---- the on/off switches, next-edit suggestions and the accept keys of the current buffer.
+--- the server's own checks (completer/doctor), the on/off switches, next-edit suggestions and the
+--- accept keys of the current buffer.
 local M = {}
 
 local health = vim.health
@@ -50,7 +51,10 @@ local function check_server(config)
   local stats = reply.result
   local engine = (config.init_options or {}).engine
   local where = engine and ('engine %s'):format(engine) or 'in-process engine'
-  if stats.engine == 'ready' then
+  if stats.engine == 'ready' and type(stats.engine_error) == 'string' then
+    health.warn(('%s: its last call failed: %s'):format(where, stats.engine_error),
+      { 'the section below says what to do' })
+  elseif stats.engine == 'ready' then
     health.ok(('models loaded (%s)'):format(where))
     health.ok(('engine reachable: %s; %d requests, %d shown, %d accepted so far'):format(
       where, stats.requests or 0, stats.shown or 0, stats.accepted or 0))
@@ -59,6 +63,30 @@ local function check_server(config)
   else
     health.error(('engine: %s'):format(tostring(stats.engine)),
       { engine and 'is `completer serve` running at ' .. engine .. '?' or 'see :lua vim.cmd.LspLog()' })
+  end
+end
+
+--- The server's own checks (`completer/doctor`): config, engine, model, native step, workspace
+--- index, a trial completion and this editor's attachment, each as ok / warn / error with its fix.
+local function check_doctor()
+  health.start('completer doctor (the server\'s checks)')
+  if not vim.lsp.get_clients({ name = NAME })[1] then
+    health.info('the server is not running: run `completer doctor` in a shell')
+    return
+  end
+  local report, err = require('completer').doctor()
+  if not report then
+    health.error('completer/doctor failed: ' .. tostring(err))
+    return
+  end
+  local say = { ok = health.ok, warn = health.warn, fail = health.error, skip = health.info }
+  for _, c in ipairs(report.checks) do
+    local text = ('%s: %s'):format(c.name, c.message)
+    if c.fix ~= '' and (c.status == 'warn' or c.status == 'fail') then
+      say[c.status](text, { c.fix })
+    else
+      (say[c.status] or health.info)(text)
+    end
   end
 end
 
@@ -141,6 +169,7 @@ function M.check()
     return
   end
   check_server(vim.lsp.config[NAME] or {})
+  check_doctor()
   local bufnr = user_buffer()
   check_switches(bufnr)
   check_next_edit(require('completer').config, bufnr)

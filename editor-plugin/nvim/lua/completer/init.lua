@@ -662,13 +662,13 @@ function M.setup(opts)
   vim.lsp.enable(NAME)
 end
 
---- Counters the server keeps (`completer/stats`), fetched synchronously.
-function M.server_stats(bufnr, timeout_ms)
+--- A request to the server without parameters, answered synchronously: its result, or nil and why.
+local function server_request(method, bufnr, timeout_ms)
   local client = get_client(bufnr or 0) or vim.lsp.get_clients({ name = NAME })[1]
   if not client then
     return nil, 'completer-lsp is not running'
   end
-  local reply, err = client:request_sync('completer/stats', vim.empty_dict(), timeout_ms or 2000, bufnr or 0)
+  local reply, err = client:request_sync(method, vim.empty_dict(), timeout_ms, bufnr or 0)
   if not reply then
     return nil, err
   end
@@ -676,6 +676,44 @@ function M.server_stats(bufnr, timeout_ms)
     return nil, reply.err.message
   end
   return reply.result
+end
+
+--- Counters the server keeps (`completer/stats`), fetched synchronously.
+function M.server_stats(bufnr, timeout_ms)
+  return server_request('completer/stats', bufnr, timeout_ms or 2000)
+end
+
+--- The server's checks of this session's setup (`completer/doctor`, the JSON of `completer doctor
+--- --json`: usable, checks, first_problem), fetched synchronously (its trial completion takes a
+--- moment; a model load under way is waited for).
+function M.doctor(bufnr, timeout_ms)
+  return server_request('completer/doctor', bufnr, timeout_ms or 60000)
+end
+
+local MARKS = { ok = '[ok]  ', warn = '[warn]', fail = '[FAIL]', skip = '[skip]' }
+
+--- A doctor report as lines: one per check with its mark, then the verdict and the first problem's fix.
+function M.doctor_lines(report)
+  local width = 0
+  for _, c in ipairs(report.checks) do
+    width = math.max(width, #c.name)
+  end
+  local lines = {}
+  for _, c in ipairs(report.checks) do
+    table.insert(lines, ('%s %s  %s'):format(MARKS[c.status] or ('[' .. c.status .. ']'),
+      c.name .. (' '):rep(width - #c.name), c.message))
+  end
+  local p = report.first_problem
+  local verdict = report.usable and 'usable' or 'not usable'
+  if type(p) == 'table' then
+    verdict = ('%s; %s: %s: %s'):format(verdict, p.status == 'fail' and 'first problem' or 'to look at', p.name,
+      p.message)
+  end
+  table.insert(lines, verdict)
+  if type(p) == 'table' and p.fix ~= '' then
+    table.insert(lines, '  fix: ' .. p.fix)
+  end
+  return lines
 end
 
 return M

@@ -17,11 +17,12 @@ test("completions are asked for only when on globally, for the language, and not
   assert.equal(allowed({ ...snoozed, now: snoozed.snoozedUntil }), true, "a snooze ends by itself");
 });
 
-test("the menu offers the opposite of each switch, snooze or resume, stats and restart", () => {
+test("the menu offers the opposite of each switch, snooze or resume, the doctor, stats and restart", () => {
   const kinds = (s: SwitchState) => menuItems(s).map((i) => i.action);
   assert.deepEqual(kinds(base), [
     { kind: "enable", on: false }, { kind: "language", language: "python", on: false },
-    { kind: "snooze", minutes: 5 }, { kind: "snooze", minutes: 30 }, { kind: "stats" }, { kind: "restart" },
+    { kind: "snooze", minutes: 5 }, { kind: "snooze", minutes: 30 }, { kind: "doctor" }, { kind: "stats" },
+    { kind: "restart" },
   ]);
   const off = kinds({ ...base, enabled: false, languageEnabled: false, snoozedUntil: base.now + 1 });
   assert.deepEqual(off.slice(0, 3), [
