@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -34,6 +35,32 @@ class EngineError(Exception):
             self.code = code
 
 
+class StopReason(StrEnum):
+    """Why a completion ended, said the same way by every engine and layer (Completion.stop_reason;
+    the engine's counters stops_<reason>). A str: it crosses JSON and msgpack as its value."""
+    NONE = ""                   # not said (a remote engine gave no reason)
+    EOS = "eos"                 # the model ended it
+    LENGTH = "length"           # max_new tokens
+    CONTEXT = "context"         # the model's context is full
+    STOP = "stop"               # a caller's stop sequence
+    SYNTAX = "syntax"           # the syntax node closed (syntax/stop.py)
+    DEGENERATE = "degenerate"   # repetition (syntax/degenerate.py)
+    UNSURE = "unsure"           # the confidence gate refused the next token (confidence.py)
+    CANCELLED = "cancelled"     # the caller cancelled
+    SUPERSEDED = "superseded"   # a newer request for the document took over
+    GATED = "gated"             # the syntax layer chose not to complete here
+    TYPE_THROUGH = "type_through"  # served from the document's previous completion, no model call
+    UNTRAINED = "untrained"     # the model was not taught next edits
+
+    @classmethod
+    def parse(cls, value: str | None) -> StopReason:
+        """A reason that crossed a wire; one this version does not know is NONE."""
+        try:
+            return cls(value or "")
+        except ValueError:
+            return cls.NONE
+
+
 @dataclass
 class Completion:
     """One completion, flat: what every engine returns and every caller prints or sends.
@@ -49,7 +76,7 @@ class Completion:
     speculative: bool = False
     prompt_tokens: int = 0
     prefill_tokens: int = 0           # prompt tokens computed (the rest came from a cache)
-    stop_reason: str = ""             # eos | length | stop | degenerate | unsure | cancelled | superseded | ...
+    stop_reason: StopReason = StopReason.NONE
     token_ids: list[int] = field(default_factory=list)  # empty when the engine does not say
     confidence: float | None = None   # the least sure shown token's probability (None: the engine gave no scores)
     unsure_text: str = ""             # what the confidence gate held back (completer/confidence.py)
@@ -66,6 +93,8 @@ class Completion:
     def from_json(cls, d: dict) -> Completion:
         """The inverse of to_json (for a result that crossed a wire); unknown keys go to extra."""
         known = {k: d[k] for k in _FIELDS if k in d}
+        if "stop_reason" in known:
+            known["stop_reason"] = StopReason.parse(known["stop_reason"])
         return cls(**known, extra={k: v for k, v in d.items() if k not in _FIELDS})
 
 
@@ -88,19 +117,19 @@ class Chunk:
 @runtime_checkable
 class TextStop(Protocol):
     """A stop rule that says why it fired: `stop(text)` is the length of the completion `text`
-    to keep once it is finished, else None; `reason` names the rule that fired ("syntax",
-    "degenerate", ...; None until one did). The syntax layer's stop (syntax/stop.py) is one."""
-    reason: str | None
+    to keep once it is finished, else None; `reason` names the rule that fired (SYNTAX,
+    DEGENERATE, ...; None until one did). The syntax layer's stop (syntax/stop.py) is one."""
+    reason: StopReason | None
 
     def __call__(self, text: str) -> int | None: ...
 
 
-StopText = TextStop | Callable[[str], "int | None"]  # a plain callable: a stop sequence, reason "stop"
+StopText = TextStop | Callable[[str], "int | None"]  # a plain callable: a stop sequence, reason STOP
 
 
-def stop_reason(stop: StopText) -> str:
-    """Why `stop` finished a completion: its declared reason, else "stop"."""
-    return (stop.reason if isinstance(stop, TextStop) else None) or "stop"
+def stop_reason(stop: StopText) -> StopReason:
+    """Why `stop` finished a completion: its declared reason, else STOP."""
+    return (stop.reason if isinstance(stop, TextStop) else None) or StopReason.STOP
 
 
 def accepted_count(text: str, accepted: bool, accepted_chars: int | None) -> int:

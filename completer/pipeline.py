@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .client import Chunk, Completion, EngineClient
+from .client import Chunk, Completion, EngineClient, StopReason
 from .documents import (
     WINDOW_CHARS,
     PositionError,
@@ -199,7 +199,7 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
     gated = SyntaxDecision(snap.language or "plaintext", decision.mode.value, decision.reason)
     if prompt is None:
         ms = round((time.perf_counter() - t0) * 1e3, 3)
-        return Completion("", total_ms=ms, stop_reason="gated", syntax=replace(gated, syntax_ms=ms))
+        return Completion("", total_ms=ms, stop_reason=StopReason.GATED, syntax=replace(gated, syntax_ms=ms))
     ctx = prompt.window
     stop = make_stop(snap, offset, decision.mode, options.syntax)
     t1 = time.perf_counter()
@@ -212,7 +212,7 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
     raw = comp.text
     cut = stop(raw)  # generation may have ended by EOS or length before the stop fired
     if stop.reason == "degenerate":  # also when only the final text showed it (EOS or length came first)
-        comp.stop_reason = "degenerate"
+        comp.stop_reason = StopReason.DEGENERATE
     post = postprocess(snap, offset, raw if cut is None else raw[:cut], decision.mode,
                        options.syntax.parse_check, deadline.later(t2 - t1))  # the engine's time is not the syntax layer's
     if shown is not None:
@@ -231,18 +231,18 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
     return comp
 
 
-def _dropped(generated: str, kept: str, stop_reason: str | None, post: Post, comp: Completion) -> Dropped | None:
+def _dropped(generated: str, kept: str, stop_reason: StopReason | None, post: Post, comp: Completion) -> Dropped | None:
     """Which rule left nothing to show of a generated completion: the confidence gate when it
     kept nothing (completer/confidence.py), the stop (degenerate or syntax) when it kept nothing,
     else post-processing; None when something shows or nothing was generated."""
     if post.text.strip():
         return None
-    if comp.stop_reason == "unsure" and not kept.strip():
+    if comp.stop_reason == StopReason.UNSURE and not kept.strip():
         return Dropped("confidence", comp.text + comp.unsure_text)
     if not generated:
         return None
     if not kept.strip():
-        return Dropped(stop_reason or "syntax", generated)
+        return Dropped(stop_reason or StopReason.SYNTAX, generated)
     return Dropped(post.reason or "empty", generated)
 
 

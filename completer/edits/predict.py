@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..client import Chunk, EngineClient
+from ..client import Chunk, EngineClient, StopReason
 from ..documents import is_binary, language_for, line_starts, offset_at, snapshot_around
 from ..syntax.postprocess import error_count
 from .diff import TextEdit, opcodes, region_edits
@@ -170,10 +170,10 @@ def _carried(text: str, a: int, b: int, offset: int, history: Sequence[HistoryIt
     return None if carried is None or adds_errors(carried[0]) else carried[0]
 
 
-def _dropped(stop_reason: str, malformed: bool, region: str, new: str, last: HistoryItem, path: str) -> str | None:
-    if stop_reason in ("cancelled", "superseded"):
+def _dropped(stop_reason: StopReason, malformed: bool, region: str, new: str, last: HistoryItem, path: str) -> str | None:
+    if stop_reason in (StopReason.CANCELLED, StopReason.SUPERSEDED):
         return "cancelled"
-    if stop_reason in ("length", "context"):
+    if stop_reason in (StopReason.LENGTH, StopReason.CONTEXT):
         return "too_long"
     if malformed:
         return "malformed"

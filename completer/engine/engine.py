@@ -24,7 +24,16 @@ import torch
 from draft_models import DEFAULT_DIR
 
 from .. import confidence
-from ..client import Chunk, Completion, EngineError, StopText, accepted_count, prompt_budget, stop_reason
+from ..client import (
+    Chunk,
+    Completion,
+    EngineError,
+    StopReason,
+    StopText,
+    accepted_count,
+    prompt_budget,
+    stop_reason,
+)
 from ..config import OPTIONS, EngineConfig
 from ..edits.formats import EditFormat, EditPrompt, edit_budget, read_answer
 from ..edits.formats import detect as detect_edit_format
@@ -40,7 +49,7 @@ from .records import Record, Records, StopFlag
 from .runner import LlamaWeights, common_prefix_len
 from .sampling import Sampling
 from .scheduler import INTERACTIVE, WARMUP, Scheduler, SchedulerConfig
-from .speculative import GenStats, generate
+from .speculative import GenStats, StopRule, generate
 
 # The options reconfigure applies to a live engine: every EngineConfig option the schema does
 # not mark reload (those need new models or runners: a new Engine).
@@ -239,7 +248,7 @@ class Engine:
         t = self.sched.acquire(doc_key, INTERACTIVE)
         try:
             if not t.live:  # superseded while it waited
-                ids, st = [], GenStats(prompt_tokens=len(prompt), stop_reason="superseded")
+                ids, st = [], GenStats(prompt_tokens=len(prompt), stop_reason=StopReason.SUPERSEDED)
             else:
                 cache: DocCache = t.resource
                 if draft is None:
@@ -253,14 +262,14 @@ class Engine:
             with self.sched.cond:
                 self._evict(self.sched.live)  # the budget may have shrunk while it ran
         if t.superseded.is_set():
-            st.stop_reason = "superseded"
+            st.stop_reason = StopReason.SUPERSEDED
         reused = st.prompt_tokens - st.prefill_tokens if t.resource is not None else 0
         self._count(requests=1, tokens_reused=reused, cache_hits=int(reused > 0), prefill_tokens=st.prefill_tokens,
                     generated_tokens=st.new_tokens, superseded=int(t.superseded.is_set()))
         return ids, st, t.queue_ms
 
     def complete_ids(self, prompt: list[int], *, doc_key: str = "_default", max_new: int | None = None,
-                     drafter: str | None = None, stop: Callable[[list[int]], bool] | None = None,
+                     drafter: str | None = None, stop: StopRule | None = None,
                      cancel: threading.Event | None = None,
                      on_tokens: Callable[[list[int]], None] | None = None) -> tuple[list[int], GenStats]:
         """Generate after raw token ids; a newer request for `doc_key` cancels this one
@@ -297,11 +306,11 @@ class Engine:
         out_ids: list[int] = []
         floor = confidence.floor(confidence.resolve(self.cfg.min_confidence, self.calibrated_confidence))
 
-        def stop(ids: list[int]) -> bool:
+        def stop(ids: list[int]) -> StopReason | None:
             if stop_text is None:
-                return False
+                return None
             cut[0] = stop_text(self.decode(ids))
-            return cut[0] is not None
+            return stop_reason(stop_text) if cut[0] is not None else None
 
         def on_tokens(ids_step: list[int]) -> None:
             sent = len(rec.text)
@@ -328,10 +337,8 @@ class Engine:
             text = confidence.whole_words(text, with_next[len(text):])
             unsure = with_next[len(text):]
         text = text.rstrip("\ufffd")
-        if st.stop_reason == "stop" and stop_text is not None:  # why the caller's rule fired
-            st.stop_reason = stop_reason(stop_text)
         self._count(**{f"stops_{st.stop_reason}": 1})
-        rec.update(text, done=True, ok=st.stop_reason not in ("cancelled", "superseded"))
+        rec.update(text, done=True, ok=st.stop_reason not in (StopReason.CANCELLED, StopReason.SUPERSEDED))
         st.total_ms = (time.perf_counter() - t0) * 1e3
         return to_completion(text, ids, st, self.speculative, self._tokens_in(ids, text), unsure,
                              queue_ms=round(queue_ms, 3), type_through=False)
@@ -385,7 +392,7 @@ class Engine:
         t0 = time.perf_counter()
         f = self.edit_format(fmt)
         if self.edits_untrained(fmt):
-            st = GenStats(stop_reason="untrained", total_ms=(time.perf_counter() - t0) * 1e3)
+            st = GenStats(stop_reason=StopReason.UNTRAINED, total_ms=(time.perf_counter() - t0) * 1e3)
             return to_completion("", [], st, speculative, edit_format=f.name, untrained=True)
         prompt = self.edit_prompt(request, f)
         original = encode_text(self.tok, f.draft(request))
@@ -393,7 +400,7 @@ class Engine:
         room = self.ctx - len(prompt) - 1  # drafts near the end shrink to fit (generate)
         max_new = min(edit_budget(len(original), max_new), room)
         if max_new < 1:  # the prompt alone fills the context: no answer (stop_reason "context")
-            st = GenStats(prompt_tokens=len(prompt), stop_reason="context", total_ms=(time.perf_counter() - t0) * 1e3)
+            st = GenStats(prompt_tokens=len(prompt), stop_reason=StopReason.CONTEXT, total_ms=(time.perf_counter() - t0) * 1e3)
             return to_completion("", [], st, speculative, edit_format=f.name, malformed=True)
         eos = set(self.fim.eos)
         texts = []
@@ -403,7 +410,7 @@ class Engine:
                 eos.add(i)
             else:
                 texts.append(s)
-        stop = (lambda ids: any(s in self.decode(ids) for s in texts)) if texts else None
+        stop = (lambda ids: StopReason.STOP if any(s in self.decode(ids) for s in texts) else None) if texts else None
         ids, st, queue_ms = self._generate(prompt, doc_key, max_new, None, stop, cancel, None, None,
                                            sampling=Sampling(0.0),
                                            draft=(drafter, self._edit_k(drafter) if drafter is not None else None),
@@ -461,7 +468,7 @@ class Engine:
         rest = text[len(typed):]
         total = (time.perf_counter() - t0) * 1e3
         st = GenStats(ttft_ms=ttft if ttft is not None else total, total_ms=total,
-                      stop_reason="type_through" if not gone else "cancelled")
+                      stop_reason=StopReason.TYPE_THROUGH if not gone else StopReason.CANCELLED)
         self._count(requests=1, type_through=1)
         return to_completion(rest, [], st, False, queue_ms=0.0, type_through=True)
 

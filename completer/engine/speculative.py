@@ -13,8 +13,13 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..client import StopReason
 from .drafters import AdaptiveK, Drafter
 from .sampling import EMPTY, Proposal, Sampling, token_logprobs, verify
+
+# A stop rule: asked with the ids generated so far after every step; the reason it finished the
+# generation (the caller's rule: SYNTAX, DEGENERATE, STOP...), else None
+StopRule = Callable[[list[int]], StopReason | None]
 
 UNTIMED_ROUNDS = 2  # a generation's first rounds pay for what ran before them, whatever their kind
 # (the prefill, other documents: on the embedded pair 2.5× and 1.7× a step, then ~1.05×): AdaptiveK
@@ -35,7 +40,7 @@ class GenStats:
     ttft_ms: float = 0.0
     prefill_ms: float = 0.0
     total_ms: float = 0.0
-    stop_reason: str = ""
+    stop_reason: StopReason = StopReason.NONE
     logprobs: list[float] = field(default_factory=list)  # the target's log-probability of each token out
     unsure: int | None = None      # the token the confidence floor refused (stop_reason "unsure"), not in out
 
@@ -47,13 +52,13 @@ class GenStats:
 
 def generate(target, prompt: list[int], max_new: int, sampling: Sampling,
              drafter: Drafter | None = None, k: AdaptiveK | None = None,
-             eos_ids: frozenset[int] = frozenset(), stop: Callable[[list[int]], bool] | None = None,
+             eos_ids: frozenset[int] = frozenset(), stop: StopRule | None = None,
              cancel: threading.Event | None = None, on_tokens: Callable[[list[int]], None] | None = None,
              gen: torch.Generator | None = None, floor: float = float("-inf")) -> tuple[list[int], GenStats]:
     """Decode up to `max_new` tokens after `prompt` (ids exclude EOS). `stop(ids)` is asked after
-    every step; `cancel` is checked between steps; `on_tokens` gets each step's new ids. `floor`:
-    a token the target gives a lower log-probability ends the generation before it (stop_reason
-    "unsure"; what follows an unsure token is not worth its decode time)."""
+    every step (the reason it returns ends the generation); `cancel` is checked between steps;
+    `on_tokens` gets each step's new ids. `floor`: a token the target gives a lower log-probability
+    ends the generation before it (UNSURE; what follows an unsure token is not worth its decode time)."""
     st = GenStats(prompt_tokens=len(prompt))
     t0 = time.perf_counter()
     feed = target.sync(prompt)  # the KV cache keeps the common prefix: prefill only the delta
@@ -76,23 +81,24 @@ def generate(target, prompt: list[int], max_new: int, sampling: Sampling,
         if on_tokens is not None and new:
             on_tokens(new)
         if low is not None:
-            st.stop_reason = "unsure"
+            st.stop_reason = StopReason.UNSURE
             break
         if eos is not None:
-            st.stop_reason = "eos"
+            st.stop_reason = StopReason.EOS
             break
         if len(out) >= max_new:
-            st.stop_reason = "length"
+            st.stop_reason = StopReason.LENGTH
             break
-        if stop is not None and stop(out):
-            st.stop_reason = "stop"
+        why = stop(out) if stop is not None else None
+        if why is not None:
+            st.stop_reason = why
             break
         if cancel is not None and cancel.is_set():
-            st.stop_reason = "cancelled"
+            st.stop_reason = StopReason.CANCELLED
             break
         room = target.max_len - len(target.ids) - 1  # draft tokens that fit after cur
         if room < 0:
-            st.stop_reason = "context"
+            st.stop_reason = StopReason.CONTEXT
             break
         cap = target.max_draft  # a batched step's share under load (batch.Via)
         kk = min(k.k if k else 0, max_new - len(out), room, cap if cap is not None else room)

@@ -21,11 +21,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..client import Chunk, Completion, EngineError, StopText, prompt_budget
+from ..client import Chunk, Completion, EngineError, StopReason, StopText, prompt_budget
 from ..edits.formats import EditPrompt, edit_budget, read_answer, render
 from .transport import SAMPLING, Http, TokenMemo, edit_format, follow, live_options
 
-STOP_TYPES = {"eos": "eos", "limit": "length", "word": "stop"}  # llama-server's stop_type → ours
+STOP_TYPES = {"eos": StopReason.EOS, "limit": StopReason.LENGTH, "word": StopReason.STOP}  # llama-server's → ours
 
 
 class LlamaCpp:
@@ -108,7 +108,7 @@ class LlamaCpp:
         t0 = time.perf_counter()
         self._ready()
         if cancel is not None and cancel.is_set():
-            return Completion("", stop_reason="cancelled")
+            return Completion("", stop_reason=StopReason.CANCELLED)
         n = max_new or self.max_new_tokens
         events = self.http.stream("/infill", self._body(prefix, suffix, doc_key, n, True, extra), cancel,
                                   done=lambda ev: bool(ev.get("stop")))
@@ -129,7 +129,7 @@ class LlamaCpp:
                           ttft_ms=ttft if ttft is not None else total, total_ms=total,
                           prompt_tokens=cached + computed if timings else int(last.get("tokens_evaluated") or 0),
                           prefill_tokens=computed,
-                          stop_reason=why or STOP_TYPES.get(last.get("stop_type", ""), last.get("stop_type", "")),
+                          stop_reason=why or STOP_TYPES.get(last.get("stop_type", ""), StopReason.NONE),
                           extra={"tokens_cached": cached, "id_slot": self.slots.get(doc_key),
                                  "server_ms": {k: timings[k] for k in ("prompt_ms", "predicted_ms") if k in timings}})
 
@@ -144,7 +144,7 @@ class LlamaCpp:
         self._ready()
         f = edit_format(fmt, fim=None, model=self.model)
         if cancel is not None and cancel.is_set():
-            return Completion("", stop_reason="cancelled", extra={"edit_format": f.name, "malformed": True})
+            return Completion("", stop_reason=StopReason.CANCELLED, extra={"edit_format": f.name, "malformed": True})
         n = edit_budget(self.count_tokens(f.draft(request)), max_new)
         body = {"prompt": render(f.prompt(request)), "n_predict": n, "temperature": 0.0, "cache_prompt": True,
                 "id_slot": self._slot(doc_key), "stream": True, "stop": list(f.stops)}
@@ -168,7 +168,7 @@ class LlamaCpp:
                           ttft_ms=ttft if ttft is not None else total, total_ms=total, speculative=speculative,
                           prompt_tokens=int(timings.get("cache_n", 0)) + int(timings.get("prompt_n", 0)),
                           prefill_tokens=int(timings.get("prompt_n", 0)),
-                          stop_reason=why or STOP_TYPES.get(last.get("stop_type", ""), last.get("stop_type", "")),
+                          stop_reason=why or STOP_TYPES.get(last.get("stop_type", ""), StopReason.NONE),
                           extra={"edit_format": f.name, "malformed": region is None,
                                  "draft_n": int(timings.get("draft_n") or 0), "draft_n_accepted": accepted})
 

@@ -22,13 +22,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import fim
-from ..client import Chunk, Completion, EngineError, StopText, prompt_budget
+from ..client import Chunk, Completion, EngineError, StopReason, StopText, prompt_budget
 from ..edits.formats import EditPrompt, edit_budget, read_answer, render
 from ..fim import FIM_FORMATS
 from .transport import SAMPLING, Http, Superseded, TokenMemo, edit_format, follow, live_options
 
 DEFAULT_CTX = 2048      # when the server does not say (vLLM says max_model_len, llama-server n_ctx_train)
 CHARS_PER_TOKEN = 3.0   # token estimate when the server has no /tokenize: errs towards more tokens
+FINISH_REASONS = {"stop": StopReason.EOS, "length": StopReason.LENGTH}  # OpenAI's finish_reason → ours
 
 
 SERVER_FIM = "suffix"  # the server builds the FIM prompt from OpenAI's `suffix` field (our serve, Ollama)
@@ -148,7 +149,7 @@ class OpenAI:
         t0 = time.perf_counter()
         self._ready()
         if cancel is not None and cancel.is_set():
-            return Completion("", stop_reason="cancelled")
+            return Completion("", stop_reason=StopReason.CANCELLED)
         n = max_new or self.max_new_tokens
         events = self.http.stream(self.api + "/completions", self._body(prefix, suffix, doc_key, n, True, extra),
                                   cancel, done=lambda ev: False)  # until data: [DONE]
@@ -166,7 +167,7 @@ class OpenAI:
         return Completion(text, new_tokens=new, target_forwards=new, accepted_per_forward=1.0 if new else 0.0,
                           ttft_ms=ttft if ttft is not None else total, total_ms=total, prompt_tokens=prompt,
                           prefill_tokens=prompt - cached,
-                          stop_reason=why or {"stop": "eos", "length": "length"}.get(finish.get("reason", ""), ""),
+                          stop_reason=why or FINISH_REASONS.get(finish.get("reason", ""), StopReason.NONE),
                           extra={"model": self.model, "fim_format": self.fmt, "tokens_cached": cached})
 
     def rewrite(self, request: EditPrompt, *, fmt: str = "auto", doc_key: str = "_default",
@@ -179,7 +180,7 @@ class OpenAI:
         self._ready()
         f = edit_format(fmt, fim=None if self.fmt == SERVER_FIM else self.fmt, model=self.model or "")
         if cancel is not None and cancel.is_set():
-            return Completion("", stop_reason="cancelled", extra={"edit_format": f.name, "malformed": True})
+            return Completion("", stop_reason=StopReason.CANCELLED, extra={"edit_format": f.name, "malformed": True})
         n = edit_budget(self.count_tokens(f.draft(request)), max_new)
         body = {"model": self.model, "prompt": render(f.prompt(request)), "max_tokens": n, "temperature": 0.0,
                 "stream": True, "stop": list(f.stops), "user": doc_key, "stream_options": {"include_usage": True}}
@@ -196,7 +197,7 @@ class OpenAI:
         return Completion(region or "", new_tokens=new, target_forwards=new, accepted_per_forward=1.0 if new else 0.0,
                           ttft_ms=ttft if ttft is not None else total, total_ms=total, speculative=speculative,
                           prompt_tokens=prompt,
-                          stop_reason=why or {"stop": "eos", "length": "length"}.get(finish.get("reason", ""), ""),
+                          stop_reason=why or FINISH_REASONS.get(finish.get("reason", ""), StopReason.NONE),
                           extra={"edit_format": f.name, "malformed": region is None, "model": self.model})
 
     def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",

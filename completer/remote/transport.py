@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
 from .. import errors
-from ..client import EngineError
+from ..client import EngineError, StopReason, stop_reason
 from ..edits.formats import EditFormat
 from ..edits.formats import detect as detect_edit_format
 
@@ -421,9 +421,9 @@ class _Watch:
 
 def follow(events: Iterator[dict], text_of: Callable[[dict], str], stop_text, on_text,
            cancel: threading.Event | None, t0: float,
-           max_new: int) -> tuple[str, dict, str | None, float | None]:
-    """Read a completion stream: (text, last event, "stop" | "cancelled" | "length" | "superseded" |
-    None, ttft_ms). Stops reading (which closes the stream) as soon as `stop_text` fires, `cancel`
+           max_new: int) -> tuple[str, dict, StopReason | None, float | None]:
+    """Read a completion stream: (text, last event, why it stopped reading (the stop rule's reason,
+    CANCELLED, LENGTH, SUPERSEDED) or None, ttft_ms). Stops reading (which closes the stream) as soon as `stop_text` fires, `cancel`
     is set, or the server sent more text than `max_new` tokens can be (`read_limit`,
     MAX_TOKEN_CHARS: it ignored the limit; "length"); `on_text` gets the deltas, never past the cut."""
     text, last, ttft, n = "", {}, None, 0
@@ -436,7 +436,7 @@ def follow(events: Iterator[dict], text_of: Callable[[dict], str], stop_text, on
                 continue
             n += 1
             if n > limit or len(text) + len(delta) > limit * MAX_TOKEN_CHARS:
-                return text, last, "length", ttft
+                return text, last, StopReason.LENGTH, ttft
             if ttft is None:
                 ttft = (time.perf_counter() - t0) * 1e3
             sent, text = len(text), text + delta
@@ -444,13 +444,13 @@ def follow(events: Iterator[dict], text_of: Callable[[dict], str], stop_text, on
             if cut is not None:
                 if on_text is not None and cut > sent:
                     on_text(text[sent:cut])
-                return text[:cut], last, "stop", ttft
+                return text[:cut], last, stop_reason(stop_text), ttft
             if on_text is not None:
                 on_text(delta)
             if cancel is not None and cancel.is_set():
                 break
     except Superseded:
-        return text, last, "superseded", ttft
+        return text, last, StopReason.SUPERSEDED, ttft
     finally:
         events.close()  # a generator left early closes its socket: the server stops generating
-    return text, last, "cancelled" if cancel is not None and cancel.is_set() else None, ttft
+    return text, last, StopReason.CANCELLED if cancel is not None and cancel.is_set() else None, ttft

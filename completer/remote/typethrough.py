@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import typethrough
-from ..client import Chunk, Completion, EngineClient, StopText
+from ..client import Chunk, Completion, EngineClient, StopReason, StopText
 from ..edits.formats import EditPrompt
 from .transport import live_options
 
@@ -54,13 +54,13 @@ class TypeThrough:
                 if on_text is not None:
                     on_text(rest)
                 ms = (time.perf_counter() - t0) * 1e3
-                return Completion(rest, ttft_ms=ms, total_ms=ms, stop_reason="type_through",
+                return Completion(rest, ttft_ms=ms, total_ms=ms, stop_reason=StopReason.TYPE_THROUGH,
                                   extra={"type_through": True})
         c = self.inner.complete(prefix, suffix, doc_key=doc_key, max_new=max_new, stop_text=stop_text,
                                 cancel=cancel, on_text=on_text, node_kind=node_kind, language=language,
                                 extra=extra)
         with self._lock:
-            if self.enabled and c.text and c.stop_reason != "cancelled":
+            if self.enabled and c.text and c.stop_reason != StopReason.CANCELLED:
                 self.last[doc_key] = (prefix, suffix, c.text)
                 self.last.move_to_end(doc_key)
                 while len(self.last) > MAX_DOCS:

@@ -32,7 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 import msgpack
 
 from .. import errors
-from ..client import Chunk, Completion, EngineError, StopText, prompt_budget
+from ..client import Chunk, Completion, EngineError, StopReason, StopText, prompt_budget, stop_reason
 from ..edits.formats import EditPrompt
 from .transport import BACKOFF_MAX_S, BACKOFF_S, live_options, read_limit
 
@@ -203,7 +203,7 @@ class WsEngine:
             for msg in self._replies(rid, q, deadline, cancel, "completion"):
                 if msg["type"] == "chunk" and cut is None and (chunks := chunks + 1) > limit:
                     self._send({"type": "cancel", "id": rid})  # the server ignored max_new_tokens
-                    return Completion(text, stop_reason="length", extra={"cancelled": False})
+                    return Completion(text, stop_reason=StopReason.LENGTH, extra={"cancelled": False})
                 if msg["type"] == "chunk" and cut is None:
                     sent, text = len(text), text + msg["text"]
                     if stop_text is not None and (cut := stop_text(text)) is not None:
@@ -216,7 +216,7 @@ class WsEngine:
                     stats = dict(msg.get("stats") or {})
                     stats["text"] = text[:cut] if cut is not None else msg["text"]
                     if cut is not None:
-                        stats["stop_reason"] = "stop"
+                        stats["stop_reason"] = stop_reason(stop_text)
                     c = Completion.from_json(stats)
                     c.extra["cancelled"] = bool(msg.get("cancelled", False))
                     return c

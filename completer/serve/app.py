@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import WSCloseCode, web
 
 from .. import errors, netguard, pipeline
-from ..client import Completion, EngineError
+from ..client import Completion, EngineError, StopReason
 from ..config import ServeConfig
 from ..documents import PositionError
 from ..edits.formats import EditPrompt
@@ -116,7 +116,7 @@ class EngineService:
         def work() -> Completion:
             try:
                 if cancel.is_set():
-                    return Completion("", stop_reason="cancelled")
+                    return Completion("", stop_reason=StopReason.CANCELLED)
                 on_text = (lambda d: loop.call_soon_threadsafe(deltas.put_nowait, d)) if job.stream else None
                 return self._run_engine(job, cancel, on_text)
             finally:
@@ -134,14 +134,14 @@ class EngineService:
                 raise Refused("not_ready", "the server is shutting down")
             fut = await self.workers.run(job.doc_key, work, supersede)
             if fut is None:  # a newer request for the document took its place in the queue
-                c = Completion("", stop_reason="superseded")
+                c = Completion("", stop_reason=StopReason.SUPERSEDED)
             else:
                 while (delta := await deltas.get()) is not None:
                     await on_delta(delta)
                 c = await fut
-                if superseded.is_set() and c.stop_reason == "cancelled":
-                    c.stop_reason = "superseded"
-            if self.stopping and (cancel.is_set() or c.stop_reason == "cancelled"):
+                if superseded.is_set() and c.stop_reason == StopReason.CANCELLED:
+                    c.stop_reason = StopReason.SUPERSEDED
+            if self.stopping and (cancel.is_set() or c.stop_reason == StopReason.CANCELLED):
                 raise Refused("not_ready", "the server is shutting down; its answer was cut")
         except Refused as e:
             self.metrics.requests.labels(kind, "error").inc()
@@ -163,9 +163,9 @@ class EngineService:
             raise
         finally:
             self.cancels.discard(cancel)
-        cancelled = cancel.is_set() or c.stop_reason in ("cancelled", "superseded")
+        cancelled = cancel.is_set() or c.stop_reason in (StopReason.CANCELLED, StopReason.SUPERSEDED)
         type_through = bool(c.extra.get("type_through"))
-        quiet = not c.text and c.stop_reason == "unsure"  # the confidence gate left nothing (completer/confidence.py)
+        quiet = not c.text and c.stop_reason == StopReason.UNSURE  # the confidence gate left nothing (completer/confidence.py)
         self.metrics.requests.labels(kind, "cancelled" if cancelled else "type_through" if type_through
                                      else "quiet" if quiet else "ok").inc()
         if not cancelled:
@@ -197,11 +197,11 @@ class EngineService:
         edit: it made the prompt's parts itself). Raises Refused as for a completion."""
         def work() -> Completion:
             if cancel.is_set():
-                return Completion("", stop_reason="cancelled")
+                return Completion("", stop_reason=StopReason.CANCELLED)
             return self.engine.rewrite(request, fmt=fmt, doc_key=doc_key, max_new=max_new, speculative=speculative,
                                        cancel=cancel)
 
-        return await self._run(work, doc_key, cancel, "rewrite", lambda c: c.stop_reason != "cancelled")
+        return await self._run(work, doc_key, cancel, "rewrite", lambda c: c.stop_reason != StopReason.CANCELLED)
 
     async def next_edit(self, text: str, line: int, col: int, before: str, path: str, language: str | None,
                         doc_key: str, cancel: threading.Event, fmt: str = "auto", rename: bool = True,

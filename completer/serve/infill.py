@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from .. import errors
-from ..client import Chunk, Completion
+from ..client import Chunk, Completion, StopReason
 from ..documents import language_for
 from ..wellformed import well_formed
 from . import protocol
@@ -244,17 +244,17 @@ class Answer:
 
     @classmethod
     def of(cls, c: Completion, watch: Watch) -> Answer:
-        if c.stop_reason == "superseded":  # a newer request for the document took over: nothing to show
+        if c.stop_reason == StopReason.SUPERSEDED:  # a newer request for the document took over: nothing to show
             return cls("", c, "none")
-        cut_late = watch.cut_late and c.stop_reason == "cancelled"
+        cut_late = watch.cut_late and c.stop_reason == StopReason.CANCELLED
         text = watch.text if cut_late else c.text  # cut by the deadline: the lines that had settled
         cut = watch.limit(text)
         if cut is not None:
             word = next((s for s in watch.req.stops if text.startswith(s, cut)), "")
             return cls(text[:cut], c, "word" if word else LIMIT, word)
-        if cut_late or c.stop_reason == "context":
+        if cut_late or c.stop_reason == StopReason.CONTEXT:
             return cls(text, c, LIMIT, truncated=True)
-        return cls(text, c, LIMIT if c.stop_reason == "length" else "eos")
+        return cls(text, c, LIMIT if c.stop_reason == StopReason.LENGTH else "eos")
 
     def final(self, service, req: InfillRequest, index: int, streamed: bool) -> dict:
         """llama-server's final result (its keys in its order; the rendered prompt is not echoed),

@@ -19,6 +19,7 @@ import uuid
 from aiohttp import web
 
 from .. import errors
+from ..client import StopReason
 from ..wellformed import well_formed
 from .protocol import BadRequest, Job, Refused, check, chunks, first_stop, json_object
 
@@ -140,7 +141,7 @@ async def completions(service, request: web.Request) -> web.StreamResponse:
             return await _stream(service, request, job, cancel, head, f["include_usage"])
         try:
             c, _ = await service.complete(job, cancel, _ignore, "openai")
-            if c.stop_reason == "superseded":
+            if c.stop_reason == StopReason.SUPERSEDED:
                 raise _superseded()
         except Refused as e:
             return refused(e)
@@ -173,7 +174,7 @@ async def _stream(service, request: web.Request, job: Job, cancel: threading.Eve
 
     try:
         c, _ = await service.complete(job, cancel, on_delta, "openai")
-        if c.stop_reason == "superseded":
+        if c.stop_reason == StopReason.SUPERSEDED:
             raise _superseded()
     except ConnectionError:
         return resp  # the client went away: generation was cancelled
@@ -203,7 +204,7 @@ def _sendable(text: str, stops: tuple[str, ...]) -> int:
 
 def _choice(text: str, c=None) -> dict:
     """A choice; `c` (the final Completion) gives its finish_reason."""
-    finish = None if c is None else "length" if c.stop_reason in ("length", "context") else "stop"
+    finish = None if c is None else "length" if c.stop_reason in (StopReason.LENGTH, StopReason.CONTEXT) else "stop"
     return {"text": text, "index": 0, "logprobs": None, "finish_reason": finish}
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from aiohttp import WSMsgType, web
 
 from .. import netguard
-from ..client import Completion
+from ..client import Completion, StopReason
 from ..edits.formats import EditPrompt
 from . import protocol
 from .protocol import PROTOCOL_VERSION, BadRequest, FrameError, Job, Refused, error, pack
@@ -195,7 +195,7 @@ def _rewrite(service, conn: Conn, f: dict) -> dict | None:
     async def reply() -> dict:
         c = await service.rewrite(request, f["format"] or "auto", _doc_key(conn, f["doc"]), max_new,
                                   f["speculative"] is not False, cancel)
-        c = c or Completion("", stop_reason="superseded")
+        c = c or Completion("", stop_reason=StopReason.SUPERSEDED)
         stats = {k: v for k, v in c.to_json().items() if k not in ("text", "token_ids")}
         return {"type": "rewrite", "id": id_, "text": c.text, "stats": stats}
 

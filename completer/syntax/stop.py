@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..client import TextStop
+from ..client import StopReason, TextStop
 from ..config import SyntaxOptions
 from ..documents import Snapshot
 from . import degenerate
@@ -104,10 +104,10 @@ class Stop(TextStop):
         d = degenerate.find(kept, self.head, self.prev, self.seen) if self.degenerate_stop else None
         if d is not None:
             self.degenerate = self.degenerate or d
-            self.reason = self.reason or "degenerate"
+            self.reason = self.reason or StopReason.DEGENERATE
             return d.keep
         if cut is not None:
-            self.reason = self.reason or "syntax"
+            self.reason = self.reason or StopReason.SYNTAX
         return cut
 
 
