@@ -131,7 +131,7 @@ def run_engine_mode(engine, mode: str, site, gaps, debounce_ms: float, max_new: 
                      "prefill_tokens": st.prefill_tokens, "ttft_ms": st.ttft_ms, "total_ms": st.total_ms,
                      "queue_ms": queue, "prefill_ms": st.prefill_ms,
                      "decode_ms": max(st.total_ms - st.prefill_ms - queue, 0.0),
-                     "new_tokens": st.new_tokens, "type_through": c.extra.get("type_through", False),
+                     "new_tokens": st.new_tokens, "type_through": c.type_through,
                      "pause_ms": gaps[i]})
     return rows, warms
 

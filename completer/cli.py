@@ -83,7 +83,8 @@ def _complete_raw(a: argparse.Namespace, r: config.Resolved) -> int:
     keep = engine.prompt_budget(engine.cfg.max_new_tokens)
     dropped = max(len(prompt) - keep, 0)
     ids, st = engine.complete_ids(prompt[dropped:])
-    c = to_completion(engine.decode(ids), ids, st, engine.cfg.drafter != "none", prompt_tokens_dropped=dropped)
+    c = to_completion(engine.decode(ids), ids, st, engine.cfg.drafter != "none",
+                      extra={"prompt_tokens_dropped": dropped})
     print(json.dumps(c.to_json()) if a.json else c.text)
     return 0
 

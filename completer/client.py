@@ -63,10 +63,11 @@ class StopReason(StrEnum):
 
 @dataclass
 class Completion:
-    """One completion, flat: what every engine returns and every caller prints or sends.
-    Engine-specific numbers (proposals by source, queue time, cached tokens...) go in `extra`;
-    the syntax layer's decisions (the pipeline's results) in `syntax`, a typed record. Both are
-    merged into `to_json()` at the top level."""
+    """One completion, flat: what every engine returns and every caller prints or sends. What a
+    caller acts on is a field; engine-specific numbers that are only reported (proposals by
+    source, queue time, cached tokens...) go in `extra`; the syntax layer's decisions (the
+    pipeline's results) in `syntax`, a typed record. Both are merged into `to_json()` at the top
+    level."""
     text: str
     new_tokens: int = 0
     target_forwards: int = 0          # verify steps (the prefill not counted)
@@ -80,6 +81,9 @@ class Completion:
     token_ids: list[int] = field(default_factory=list)  # empty when the engine does not say
     confidence: float | None = None   # the least sure shown token's probability (None: the engine gave no scores)
     unsure_text: str = ""             # what the confidence gate held back (completer/confidence.py)
+    type_through: bool = False        # served from the document's previous completion: no model call
+    edit_format: str | None = None    # a next edit (rewrite): the format its answer was read in
+    malformed: bool = False           # a next edit: the answer held no editable region
     extra: dict = field(default_factory=dict)
     syntax: SyntaxDecision | None = None
 
@@ -100,7 +104,7 @@ class Completion:
 
 _FIELDS = ("text", "new_tokens", "target_forwards", "accepted_per_forward", "ttft_ms", "total_ms",
            "speculative", "prompt_tokens", "prefill_tokens", "stop_reason", "token_ids", "confidence",
-           "unsure_text")
+           "unsure_text", "type_through", "edit_format", "malformed")
 
 
 @dataclass(frozen=True)
@@ -173,8 +177,8 @@ class EngineClient(Protocol):
                 cancel: threading.Event | None = None) -> Completion:
         """A next edit: the editable region of `request` as the model rewrites it (greedy), in
         the next-edit format `fmt` (completer/edits/formats.py; "auto": the one this model
-        reads). `text` is the region read back from the answer ("" and extra["malformed"] when
-        it held none); extra["edit_format"] names the format. Speculative: the region is the
+        reads). `text` is the region read back from the answer ("" and `malformed` when
+        it held none); `edit_format` names the format. Speculative: the region is the
         draft (in-process: EditDrafter; a remote server: its own speculation), else plain
         decoding; the text is the same either way. `max_new` bounds the tokens (default: the
         region's x 1.25 + 32)."""

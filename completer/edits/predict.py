@@ -143,12 +143,12 @@ def predict(engine: EngineClient, text: str, line: int, col: int, history: Seque
     c = engine.rewrite(req, fmt=fmt, doc_key=doc_key, speculative=speculative, cancel=cancel)
     got = NextEdit(region=(lo, hi), new_tokens=c.new_tokens, target_forwards=c.target_forwards,
                    accepted_per_forward=c.accepted_per_forward, total_ms=c.total_ms, speculative=c.speculative,
-                   text=c.text, format=c.extra.get("edit_format"))
+                   text=c.text, format=c.edit_format)
     new = c.text
     if not req.region.endswith("\n") and new.endswith("\n"):  # a region at a file end without a newline
         new = new[:-1]
-    got.dropped = ("untrained" if c.extra.get("untrained") else
-                   _dropped(c.stop_reason, bool(c.extra.get("malformed")), req.region, new, items[-1], path))
+    got.dropped = ("untrained" if c.stop_reason == StopReason.UNTRAINED else
+                   _dropped(c.stop_reason, c.malformed, req.region, new, items[-1], path))
     if crlf:
         new = lf(new).replace("\n", "\r\n")
     if got.dropped is None and adds_errors(new):

@@ -50,6 +50,7 @@ from .runner import LlamaWeights, common_prefix_len
 from .sampling import Sampling
 from .scheduler import INTERACTIVE, WARMUP, Scheduler, SchedulerConfig
 from .speculative import GenStats, StopRule, generate
+from .stats import COUNTERS, stop_counter
 
 # The options reconfigure applies to a live engine: every EngineConfig option the schema does
 # not mark reload (those need new models or runners: a new Engine).
@@ -57,14 +58,15 @@ LIVE_OPTIONS = tuple(f.name for f in fields(EngineConfig) if not OPTIONS[f.name]
 
 
 def to_completion(text: str, ids: list[int], st: GenStats, speculative: bool, shown: int | None = None,
-                  unsure_text: str = "", **extra) -> Completion:
+                  unsure_text: str = "", queue_ms: float = 0.0, extra: dict | None = None, **fields) -> Completion:
     """The flat result from the loop's statistics; `shown`: how many of the tokens `text` holds
-    (its confidence is theirs; default all)."""
+    (its confidence is theirs; default all); `fields`: Completion's own (type_through, edit_format...);
+    `extra`: more numbers to report."""
     return Completion(text, st.new_tokens, st.target_forwards, st.accepted_per_forward, st.ttft_ms, st.total_ms,
                       speculative, st.prompt_tokens, st.prefill_tokens, st.stop_reason, ids,
-                      confidence.score(st.logprobs[:shown]), unsure_text,
-                      {"proposed": st.proposed, "accepted": st.accepted, "by_source": st.by_source,
-                       "prefill_ms": round(st.prefill_ms, 3), **extra})
+                      confidence.score(st.logprobs[:shown]), unsure_text, **fields,
+                      extra={"proposed": st.proposed, "accepted": st.accepted, "by_source": st.by_source,
+                             "prefill_ms": round(st.prefill_ms, 3), "queue_ms": round(queue_ms, 3), **(extra or {})})
 
 
 class Engine:
@@ -116,14 +118,14 @@ class Engine:
         self.calibrated_confidence = getattr(self.pair.target.config, "completer_min_confidence", None)
         self.edit_k: AdaptiveK | None = None  # next edits' draft length, learnt across rewrites (a model
         # that never copies its region soon stops paying for long verifies)
-        self.counters = {"requests": 0, "cache_hits": 0, "tokens_reused": 0, "prefill_tokens": 0,
-                         "evictions": 0, "warmups": 0, "warmup_tokens": 0, "warmup_preempted": 0, "generated_tokens": 0,
-                         "type_through": 0, "superseded": 0}
+        self.counters = dict.fromkeys(COUNTERS, 0)  # declared in stats.py: each is a metric
 
     def _count(self, **inc: int) -> None:
         with self._stats_lock:
             for k, v in inc.items():
-                self.counters[k] = self.counters.get(k, 0) + v
+                if k not in COUNTERS:
+                    raise KeyError(f"undeclared engine counter {k!r} (declare it in completer/engine/stats.py)")
+                self.counters[k] += v
 
     # -- admission (called by the scheduler under its lock) ----------------------------------------
     def _admit(self, doc: str, live: set[str]) -> DocCache | bool:
@@ -337,11 +339,10 @@ class Engine:
             text = confidence.whole_words(text, with_next[len(text):])
             unsure = with_next[len(text):]
         text = text.rstrip("\ufffd")
-        self._count(**{f"stops_{st.stop_reason}": 1})
+        self._count(**{stop_counter(st.stop_reason): 1})
         rec.update(text, done=True, ok=st.stop_reason not in (StopReason.CANCELLED, StopReason.SUPERSEDED))
         st.total_ms = (time.perf_counter() - t0) * 1e3
-        return to_completion(text, ids, st, self.speculative, self._tokens_in(ids, text), unsure,
-                             queue_ms=round(queue_ms, 3), type_through=False)
+        return to_completion(text, ids, st, self.speculative, self._tokens_in(ids, text), unsure, queue_ms)
 
     def _tokens_in(self, ids: list[int], text: str) -> int:
         """How many of `ids` the (possibly cut) `text` holds whole."""
@@ -383,17 +384,17 @@ class Engine:
                 max_new: int | None = None, speculative: bool = True,
                 cancel: threading.Event | None = None) -> Completion:
         """The editable region of `request` as the model rewrites it (greedy), in format `fmt`:
-        `text` is the region read back from the answer ("" and extra["malformed"] when the answer
+        `text` is the region read back from the answer ("" and `malformed` when the answer
         held none). Speculative: the region's own tokens are the draft (EditDrafter, long drafts
         while the answer copies), else plain decoding; the ids are the same either way. At most
         `max_new` tokens (default: the region's tokens x 1.25 + 32), within the context (a prompt
         that fills it: no answer, stop_reason "context"). With "auto", a pair of our FIM format
-        that was not taught next edits answers nothing (extra["untrained"], stop_reason "untrained")."""
+        that was not taught next edits answers nothing (stop_reason UNTRAINED)."""
         t0 = time.perf_counter()
         f = self.edit_format(fmt)
         if self.edits_untrained(fmt):
             st = GenStats(stop_reason=StopReason.UNTRAINED, total_ms=(time.perf_counter() - t0) * 1e3)
-            return to_completion("", [], st, speculative, edit_format=f.name, untrained=True)
+            return to_completion("", [], st, speculative, edit_format=f.name)
         prompt = self.edit_prompt(request, f)
         original = encode_text(self.tok, f.draft(request))
         drafter = EditDrafter(original) if speculative else None
@@ -418,7 +419,7 @@ class Engine:
         region = read_answer(f, self.decode(ids))
         st.total_ms = (time.perf_counter() - t0) * 1e3
         self._count(rewrites=1)
-        return to_completion(region or "", ids, st, speculative, queue_ms=round(queue_ms, 3), edit_format=f.name,
+        return to_completion(region or "", ids, st, speculative, queue_ms=queue_ms, edit_format=f.name,
                              malformed=region is None)
 
     def _edit_k(self, drafter: EditDrafter) -> AdaptiveK:
@@ -470,7 +471,7 @@ class Engine:
         st = GenStats(ttft_ms=ttft if ttft is not None else total, total_ms=total,
                       stop_reason=StopReason.TYPE_THROUGH if not gone else StopReason.CANCELLED)
         self._count(requests=1, type_through=1)
-        return to_completion(rest, [], st, False, queue_ms=0.0, type_through=True)
+        return to_completion(rest, [], st, False, type_through=True)
 
     # -- warmup ------------------------------------------------------------------------------
     def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",

@@ -144,7 +144,7 @@ class LlamaCpp:
         self._ready()
         f = edit_format(fmt, fim=None, model=self.model)
         if cancel is not None and cancel.is_set():
-            return Completion("", stop_reason=StopReason.CANCELLED, extra={"edit_format": f.name, "malformed": True})
+            return Completion("", stop_reason=StopReason.CANCELLED, edit_format=f.name, malformed=True)
         n = edit_budget(self.count_tokens(f.draft(request)), max_new)
         body = {"prompt": render(f.prompt(request)), "n_predict": n, "temperature": 0.0, "cache_prompt": True,
                 "id_slot": self._slot(doc_key), "stream": True, "stop": list(f.stops)}
@@ -169,8 +169,8 @@ class LlamaCpp:
                           prompt_tokens=int(timings.get("cache_n", 0)) + int(timings.get("prompt_n", 0)),
                           prefill_tokens=int(timings.get("prompt_n", 0)),
                           stop_reason=why or STOP_TYPES.get(last.get("stop_type", ""), StopReason.NONE),
-                          extra={"edit_format": f.name, "malformed": region is None,
-                                 "draft_n": int(timings.get("draft_n") or 0), "draft_n_accepted": accepted})
+                          edit_format=f.name, malformed=region is None,
+                          extra={"draft_n": int(timings.get("draft_n") or 0), "draft_n_accepted": accepted})
 
     def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
                extra: Sequence[Chunk] = ()) -> int:

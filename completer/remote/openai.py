@@ -180,7 +180,7 @@ class OpenAI:
         self._ready()
         f = edit_format(fmt, fim=None if self.fmt == SERVER_FIM else self.fmt, model=self.model or "")
         if cancel is not None and cancel.is_set():
-            return Completion("", stop_reason=StopReason.CANCELLED, extra={"edit_format": f.name, "malformed": True})
+            return Completion("", stop_reason=StopReason.CANCELLED, edit_format=f.name, malformed=True)
         n = edit_budget(self.count_tokens(f.draft(request)), max_new)
         body = {"model": self.model, "prompt": render(f.prompt(request)), "max_tokens": n, "temperature": 0.0,
                 "stream": True, "stop": list(f.stops), "user": doc_key, "stream_options": {"include_usage": True}}
@@ -198,7 +198,7 @@ class OpenAI:
                           ttft_ms=ttft if ttft is not None else total, total_ms=total, speculative=speculative,
                           prompt_tokens=prompt,
                           stop_reason=why or FINISH_REASONS.get(finish.get("reason", ""), StopReason.NONE),
-                          extra={"edit_format": f.name, "malformed": region is None, "model": self.model})
+                          edit_format=f.name, malformed=region is None, extra={"model": self.model})
 
     def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
                extra: Sequence[Chunk] = ()) -> int:

@@ -55,7 +55,7 @@ class TypeThrough:
                     on_text(rest)
                 ms = (time.perf_counter() - t0) * 1e3
                 return Completion(rest, ttft_ms=ms, total_ms=ms, stop_reason=StopReason.TYPE_THROUGH,
-                                  extra={"type_through": True})
+                                  type_through=True)
         c = self.inner.complete(prefix, suffix, doc_key=doc_key, max_new=max_new, stop_text=stop_text,
                                 cancel=cancel, on_text=on_text, node_kind=node_kind, language=language,
                                 extra=extra)
@@ -67,7 +67,6 @@ class TypeThrough:
                     self.last.popitem(last=False)
             else:
                 self.last.pop(doc_key, None)
-        c.extra.setdefault("type_through", False)
         return c
 
     def forget(self, doc_key: str) -> None:

@@ -203,7 +203,7 @@ class WsEngine:
             for msg in self._replies(rid, q, deadline, cancel, "completion"):
                 if msg["type"] == "chunk" and cut is None and (chunks := chunks + 1) > limit:
                     self._send({"type": "cancel", "id": rid})  # the server ignored max_new_tokens
-                    return Completion(text, stop_reason=StopReason.LENGTH, extra={"cancelled": False})
+                    return Completion(text, stop_reason=StopReason.LENGTH)
                 if msg["type"] == "chunk" and cut is None:
                     sent, text = len(text), text + msg["text"]
                     if stop_text is not None and (cut := stop_text(text)) is not None:
@@ -218,7 +218,8 @@ class WsEngine:
                     if cut is not None:
                         stats["stop_reason"] = stop_reason(stop_text)
                     c = Completion.from_json(stats)
-                    c.extra["cancelled"] = bool(msg.get("cancelled", False))
+                    if msg.get("cancelled") and not c.stop_reason:
+                        c.stop_reason = StopReason.CANCELLED
                     return c
         except EngineError:
             self.counters["errors"] += 1

@@ -164,7 +164,7 @@ class EngineService:
         finally:
             self.cancels.discard(cancel)
         cancelled = cancel.is_set() or c.stop_reason in (StopReason.CANCELLED, StopReason.SUPERSEDED)
-        type_through = bool(c.extra.get("type_through"))
+        type_through = c.type_through
         quiet = not c.text and c.stop_reason == StopReason.UNSURE  # the confidence gate left nothing (completer/confidence.py)
         self.metrics.requests.labels(kind, "cancelled" if cancelled else "type_through" if type_through
                                      else "quiet" if quiet else "ok").inc()
@@ -186,7 +186,7 @@ class EngineService:
                                  stop_text=protocol.stop_text(job.stop) if job.stop else None,
                                  cancel=cancel, on_text=on_text, node_kind=job.node_kind, sampling=sampling,
                                  extra=job.extra)
-        if job.usage and c.extra.get("type_through"):  # served without the model: count what it stands for
+        if job.usage and c.type_through:  # served without the model: count what it stands for
             c.prompt_tokens = len(self.engine.fim_prompt(job.prefix, job.suffix, job.max_new, job.extra))
             c.new_tokens = self.engine.count_tokens(c.text)
         return c

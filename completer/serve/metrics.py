@@ -1,9 +1,8 @@
 """Prometheus metrics of `completer serve` (its own registry): request stages, TTFT, decode speed,
 acceptance and outcomes observed here, and every number of the engine's `stats()` read at
-scrape time as a gauge `completer_engine_<name>`, whatever counters the engine grows."""
+scrape time as a gauge `completer_engine_<name>`: the names engine/stats.py declares."""
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 from prometheus_client import (
@@ -15,6 +14,8 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily
+
+from ..engine.stats import METRICS
 
 BUCKETS = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
 
@@ -57,14 +58,15 @@ class Metrics:
 
 
 class _EngineCollector:
-    """completer_ready, and each numeric entry of engine.stats() as completer_engine_<name>."""
+    """completer_ready, and each declared engine number (engine/stats.py) as completer_engine_<name>."""
 
     def __init__(self, engine_stats: Callable[[], dict | None], ready: Callable[[], bool]):
         self.engine_stats, self.ready = engine_stats, ready
 
     def collect(self):
         yield GaugeMetricFamily("completer_ready", "1 when the models are loaded", value=float(self.ready()))
-        for name, v in (self.engine_stats() or {}).items():
+        stats = self.engine_stats() or {}
+        for name, doc in METRICS.items():
+            v = stats.get(name)
             if isinstance(v, (int, float)) and not isinstance(v, bool):
-                yield GaugeMetricFamily(f"completer_engine_{re.sub(r'[^a-zA-Z0-9_]', '_', name)}",
-                                        f"engine stats()[{name!r}]", value=float(v))
+                yield GaugeMetricFamily(f"completer_engine_{name}", doc, value=float(v))
