@@ -152,43 +152,35 @@ class Server:
 
 
 def ours(model_dir: Path | None, spec: str, speculative: bool, device: str):
-    """A method: our engine's runner (and, for the default, its drafters) on one prompt →
-    (decode ms/token, prefill tokens/s, end-to-end ms). `spec`: [DTYPE:]QUANT[@DECODE_THREADS]."""
-    from completer.engine.caches import DocCache
-    from completer.engine.calibrate import choose_amx_rows, measure_step_costs
-    from completer.engine.drafters import CombinedDrafter, ModelDrafter
+    """A method: our engine through its public API, as the language server drives it, on one prompt
+    → (decode ms/token, prefill tokens/s, end-to-end ms, τ). Each call is a new document: `prefill`
+    (the warmup the server runs while the user types: the target's cache, and the draft's while
+    the document's schedule drafts), then `complete_ids` (the scheduler, the step batcher, the
+    document's drafters and adaptive k). `spec`: [DTYPE:]QUANT[@DECODE_THREADS]."""
     from completer.engine.engine import Engine, EngineConfig
-    from completer.engine.speculative import generate
 
     spec, _, threads = spec.partition("@")
     dtype, _, quant = spec.rpartition(":")
     eng = Engine(EngineConfig(target=None if model_dir is None else str(model_dir), quant=quant,
                               dtype=dtype or "auto", device=device, decode_threads=int(threads or 1),
                               drafter="combined" if speculative else "none", max_draft_len=8))
-    choose_amx_rows(eng.pair, eng.ctx, eng.cfg)  # what warm_start does (process-wide: the last engine's choice)
-    eng.step_costs = measure_step_costs(eng.pair, eng.ctx, eng.cfg)  # and the costs the adaptive k plans with
+    eng.warm_start()  # what every server does before its first request (AMX rows, step costs)
+    n = iter(range(1 << 30))
 
-    k = DocCache(eng.pair, eng.ctx, eng.cfg, eng.step_costs).k  # one adaptive draft length across prompts, as the engine keeps one per document
-
-    def run(prompt: list[int]) -> tuple[float, float, float]:
-        slot = DocCache(eng.pair, eng.ctx, eng.cfg, eng.step_costs)  # a cold document
+    def run(prompt: list[int]) -> tuple[float, float, float, float | None]:
+        doc = f"peers-{next(n)}"  # a cold document
         t0 = time.perf_counter()
-        slot.target.forward(prompt[:-1])  # prefill, as the engine's warmup does while the user types
+        eng.prefill(prompt[:-1], doc_key=doc)
         prefill_ms = (time.perf_counter() - t0) * 1e3
-        d = None
-        if speculative:  # the draft's cache too while the schedule drafts (as the engine's warmup)
-            if k.drafting:
-                slot.draft.forward(prompt[:-1])
-            d = CombinedDrafter(ModelDrafter(slot.draft, eng.sampling), slot.ngram, eng.fastpath,
-                                slot.target.vocab_size)
-        warm_ms = (time.perf_counter() - t0) * 1e3
-        ids, st = generate(slot.target, prompt, NEW, eng.sampling, d, k if d else None)
-        # decode: after the first token, over a cached prompt; end to end: everything from cold
-        return ((st.total_ms - st.ttft_ms) / (len(ids) - 1), len(prompt) / prefill_ms * 1e3, warm_ms + st.total_ms,
-                st.accepted_per_forward if d else None)
-    run.runner = type(DocCache(eng.pair, eng.ctx, eng.cfg, eng.step_costs).target).__name__
-    if speculative:  # what adaptive k plans with: c = draft step / target step, verify(8) / step
-        run.runner += f" c={eng.step_costs[0]:.3f} v8={eng.step_costs[1][8]:.2f}"
+        ids, st = eng.complete_ids(prompt, doc_key=doc, max_new=NEW)
+        run.runner = type(eng.caches[doc].target).__name__ + run.costs  # the runner the engine chose
+        eng.forget(doc)
+        # decode: after the first token, over the warmed prompt; end to end: everything from cold
+        return ((st.total_ms - st.ttft_ms) / max(len(ids) - 1, 1), len(prompt) / prefill_ms * 1e3,
+                prefill_ms + st.total_ms, st.accepted_per_forward if speculative else None)
+    run.runner, run.costs = "", ""
+    if speculative and eng.step_costs[1]:  # what adaptive k plans with: c = draft step / target step, verify(8) / step
+        run.costs = f" c={eng.step_costs[0]:.3f} v8={eng.step_costs[1][8]:.2f}"
     return run
 
 

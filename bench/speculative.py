@@ -1,5 +1,7 @@
 """Speculative decoding, side by side on held-out code: our loop with each drafter vs plain
 greedy and the Hugging Face peers a Python user could pick instead, same target and prompts.
+An ablation below the product (each drafter and fixed k over bare runners): what users get is
+measured through the engine's public API by bench/peers.py and bench/decode.py.
 
     python bench/speculative.py [--n 16] [--new 48] [--target DIR --draft DIR]
                                 [--quant none|fp16|...] [--draft-vocab N]
