@@ -12,9 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-import pytest_lsp
 from lsprotocol import types as t
-from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+from pytest_lsp import LanguageClient, client_capabilities
 from tokenizers import Tokenizer
 
 from completer.engine.prompt import build_prompt, encode_text
@@ -24,7 +23,6 @@ from lsp.service import MAX_PARSED_DOCUMENTS
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = ROOT / "draft_models/default/target/tokenizer.json"
 ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "XDG_CONFIG_HOME": os.environ["XDG_CONFIG_HOME"], "PYTHONPATH": str(ROOT)}
-SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "lsp.server"], server_env=ENV)
 
 
 def one_mb_line() -> str:
@@ -79,6 +77,7 @@ def _timed(f) -> float:
 
 
 # -- item 6: the 1 MB line through the real CLI ----------------------------------------------------
+@pytest.mark.slow
 def test_one_mb_line_through_the_cli(tmp_path):
     src = one_mb_line()
     path = tmp_path / "big.py"
@@ -97,6 +96,7 @@ def test_one_mb_line_through_the_cli(tmp_path):
     assert prefix[1] > 0 and prefix[2] == len(src)  # offsets in the whole file, not in the parsed window
 
 
+@pytest.mark.slow
 def test_cursor_inside_a_one_mb_line_gets_a_prompt(tmp_path):
     """The line does not fit the prompt: its last part before the cursor does (was: no prefix)."""
     src = one_mb_line().split("\n")[0]
@@ -112,12 +112,6 @@ def test_cursor_inside_a_one_mb_line_gets_a_prompt(tmp_path):
 
 
 # -- items 6 and 7c through the language server ------------------------------------------------------
-@pytest_lsp.fixture(config=SERVER)
-async def client(lsp_client: LanguageClient):
-    yield
-    await lsp_client.shutdown_session()
-
-
 async def _start(client: LanguageClient, options: dict) -> None:
     await client.initialize_session(t.InitializeParams(
         capabilities=client_capabilities("visual-studio-code"), initialization_options=options))
@@ -133,6 +127,7 @@ def _open(client: LanguageClient, uri: str, text: str) -> None:
         text_document=t.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_documents_give_their_memory_back(client: LanguageClient, tiny_pair):
     target, draft = tiny_pair
@@ -158,6 +153,7 @@ async def test_documents_give_their_memory_back(client: LanguageClient, tiny_pai
     assert stats.parsed_documents == MAX_PARSED_DOCUMENTS and stats.parsers == 1
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_one_mb_line_through_the_language_server(client: LanguageClient):
     await _start(client, {"debounce_ms": 0})  # the embedded pair

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_lsp import client  # noqa: F401 - the real completer-lsp, used by name
+from helpers.lsp import inline, open_doc, server_stats, start, tiny_options
 
 from completer import confidence
 from completer.client import Completion
@@ -136,6 +136,7 @@ def test_an_engine_without_scores_is_not_gated():
     assert got.text == "area(r) * h" and got.confidence is None and got.syntax.dropped is None
 
 
+@pytest.mark.slow
 def test_the_cli_reports_confidence_and_the_drop(tiny_pair, tmp_path):
     target, draft = tiny_pair
     src = tmp_path / "area.py"
@@ -155,22 +156,22 @@ def test_the_cli_reports_confidence_and_the_drop(tiny_pair, tmp_path):
     assert loud["stop_reason"] != "unsure" and loud["new_tokens"] > 0 and 0 < loud["confidence"] <= 1
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
-async def test_the_language_server_counts_a_quiet_miss(client, tiny_pair):  # noqa: F811 - the fixture
+async def test_the_language_server_counts_a_quiet_miss(client, tiny_pair):
     """Through the real completer-lsp: the option from initializationOptions, nothing shown, and
     `completer/stats` counts the drop by its rule; a reconfigured 0 shows text again."""
     from lsprotocol import types as t
-    from test_lsp import _inline, _open, _start, _stats, _tiny_options
 
-    await _start(client, _tiny_options(tiny_pair, min_confidence=1.0))
-    _open(client, "def area(r):\n    return 3.14 * r * r\n\n\ndef volume(r, h):\n    return \n")
-    got = await client.text_document_inline_completion_async(_inline(5, 11))
+    await start(client, tiny_options(tiny_pair, min_confidence=1.0))
+    open_doc(client, "def area(r):\n    return 3.14 * r * r\n\n\ndef volume(r, h):\n    return \n")
+    got = await client.text_document_inline_completion_async(inline(5, 11))
     assert not got.items
-    stats = await _stats(client)
+    stats = await server_stats(client)
     assert stats.empty == 1 and stats.dropped_confidence == 1 and stats.wasted_tokens == 0
     client.workspace_did_change_configuration(t.DidChangeConfigurationParams(
         settings={"completer": {"min_confidence": 0}}))
-    got = await client.text_document_inline_completion_async(_inline(5, 11))
-    stats = await _stats(client)
+    got = await client.text_document_inline_completion_async(inline(5, 11))
+    stats = await server_stats(client)
     assert stats.dropped_confidence == 1 and stats.empty + getattr(stats, "shown", 0) == 2
     assert (stats.confidence.p50 is not None) == bool(got.items)  # the score of what was shown

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers.embedded import degenerate_place
 
 from completer.config import SyntaxOptions
 from completer.documents import parse_snapshot
@@ -104,21 +105,7 @@ def test_the_option_turns_it_off():
     assert stop("if y:\n        return not not not x\n") is None and stop.reason is None
 
 
-# held-out asyncio code (proactor_events.py of this Python's stdlib, which the embedded pair never
-# trained on): at the top of BaseProactorEventLoop's body the pair (second build) writes
-# `_check_check_check…` (found by trying class and block starts of held-out asyncio files)
-DEGENERATE_HEADER = "class BaseProactorEventLoop(base_events.BaseEventLoop):\n"
-
-
-def degenerate_place() -> tuple[str, int]:
-    """(text, cursor offset): the file with an indented empty line after the class header."""
-    from draft_models.data import read_source, stdlib_root
-
-    src = read_source(stdlib_root() / "asyncio" / "proactor_events.py")
-    at = src.index(DEGENERATE_HEADER) + len(DEGENERATE_HEADER)
-    return src[:at] + "    " + src[at:], at + 4
-
-
+@pytest.mark.slow
 def test_embedded_pair_degenerate_continuation_is_stopped_and_not_shown():
     from completer.pipeline import CompletionOptions, complete_at, make_engine
 

@@ -20,9 +20,12 @@ from urllib.parse import quote
 
 import msgpack
 import pytest
-from test_editor_nvim import NVIM, PLUGIN, WHY, Nvim, lsp_cmd, wait_ready
-from test_editor_parrot import EDIT_AFTER, EDIT_BEFORE, EDIT_EXPECTED, edit_parrot_pair  # noqa: F401 (fixture)
-from test_editor_web import chromium, missing, page_state, serve_pair, static_site, wait_for  # noqa: F401
+from helpers import missing, wait_for
+from helpers.nvim import NVIM, PLUGIN, WHY, Nvim, lsp_cmd, wait_ready
+from helpers.parrot import EDIT_AFTER, EDIT_BEFORE, EDIT_EXPECTED
+from helpers.web import page_state, serve_pair
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -243,7 +246,7 @@ COUNTERS = "vim.json.encode(require('completer.next_edit').counters)"
 
 
 @pytest.fixture
-def rename_session(tmp_path, edit_parrot_pair):  # noqa: F811 (the imported fixture)
+def rename_session(tmp_path, edit_parrot_pair):
     """Neovim on EDIT_BEFORE with the real completer-lsp on the edit parrot; the user renames
     `size` on line 2 to `total` (in insert mode, where the next edit then shows)."""
     target, draft = edit_parrot_pair
@@ -351,12 +354,12 @@ def wait_suggestion(cdp) -> dict:
 
 
 @pytest.fixture
-def edit_serve(tmp_path, edit_parrot_pair):  # noqa: F811 (the imported fixture)
+def edit_serve(tmp_path, edit_parrot_pair):
     with serve_pair(tmp_path, *edit_parrot_pair) as url:
         yield url
 
 
-def test_web_rename_is_carried_and_tab_applies_it(chromium, static_site, edit_serve, tmp_path):  # noqa: F811
+def test_web_rename_is_carried_and_tab_applies_it(chromium, static_site, edit_serve, tmp_path):
     import base64
     import os
     from pathlib import Path
@@ -376,7 +379,7 @@ def test_web_rename_is_carried_and_tab_applies_it(chromium, static_site, edit_se
     assert s["cursor"] == EDIT_EXPECTED.index("return total") + len("return total"), s
 
 
-def test_web_esc_dismisses_and_typing_drops_a_suggestion(chromium, static_site, edit_serve):  # noqa: F811
+def test_web_esc_dismisses_and_typing_drops_a_suggestion(chromium, static_site, edit_serve):
     cdp = chromium
     open_page(cdp, static_site, edit_serve)
     cdp.type("total")
@@ -429,7 +432,7 @@ def scripted_edits():
         t.join(timeout=10)
 
 
-def test_web_a_reply_for_an_older_text_is_not_shown(chromium, static_site, scripted_edits):  # noqa: F811
+def test_web_a_reply_for_an_older_text_is_not_shown(chromium, static_site, scripted_edits):
     url, asked, release, _ = scripted_edits
     cdp = chromium
     open_page(cdp, static_site, url)
@@ -448,7 +451,7 @@ def test_web_a_reply_for_an_older_text_is_not_shown(chromium, static_site, scrip
     assert s["inserted"] == ["total"] and s["value"] == EDIT_AFTER.replace("total", "total_", 1), s
 
 
-def test_web_an_edit_outside_the_view_is_announced_and_tab_jumps_then_applies(chromium, static_site,  # noqa: F811
+def test_web_an_edit_outside_the_view_is_announced_and_tab_jumps_then_applies(chromium, static_site,
                                                                              scripted_edits, tmp_path):
     import base64
     import os

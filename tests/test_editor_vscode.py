@@ -14,7 +14,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-from test_editor_web import missing
+import pytest
+from helpers import missing
 
 EXT = Path(__file__).resolve().parents[1] / "editor-plugin" / "vscode"
 NVIM_INIT = EXT.parent / "nvim" / "lua" / "completer" / "init.lua"
@@ -47,6 +48,7 @@ def camel(name: str) -> str:
     return re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
 
 
+@pytest.mark.slow
 def test_extension_unit_tests_pass():
     needs_node_modules()
     r = subprocess.run([NPM, "test"], cwd=EXT, capture_output=True, text=True, timeout=300, check=False)
@@ -55,6 +57,7 @@ def test_extension_unit_tests_pass():
     assert "# fail 0" in out and "# pass 0" not in out, out[-2000:]
 
 
+@pytest.mark.slow
 def test_vsce_package_has_no_warnings_and_only_the_bundle(tmp_path):
     needs_node_modules()
     vsix = tmp_path / "completer.vsix"
@@ -106,6 +109,7 @@ def test_untrusted_workspaces_restrict_what_the_schema_marks_trust():
     assert set(trust["restrictedConfigurations"]) == want | {"completer.server.path", "completer.server.args"}
 
 
+@pytest.mark.slow
 def test_generated_settings_are_up_to_date(tmp_path):
     """Running the generator on a copy changes nothing: the committed output is current."""
     if shutil.which("node") is None:

@@ -4,15 +4,12 @@ bounds under random edits, the work a 1 MB line costs (counted), and didChange t
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-import sys
 from pathlib import Path
 
 import pytest
-import pytest_lsp
 from lsprotocol import types as t
-from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+from pytest_lsp import LanguageClient, client_capabilities
 
 from completer.documents import Document
 from completer.edits import history as h
@@ -197,17 +194,9 @@ def test_change_from_lsp_uses_the_documents_encoding(encoding):
     assert change_from_lsp(doc, None, "new") == "new"
 
 
-SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "lsp.server"],
-                            server_env={"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "XDG_CONFIG_HOME": os.environ["XDG_CONFIG_HOME"],
-                                        "PYTHONPATH": str(ROOT)})
 
 
-@pytest_lsp.fixture(config=SERVER)
-async def client(lsp_client: LanguageClient):
-    yield
-    await lsp_client.shutdown_session()
-
-
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_did_change_shows_in_stats(client: LanguageClient, tiny_pair):
     """Through the real server: typing a word, then a jump, then another document: 3 events."""

@@ -7,7 +7,7 @@ import math
 from dataclasses import fields
 
 import pytest
-from test_engine_cache import engine, random_pair, tok  # noqa: F401 - the fixture is used by name
+from helpers.engines import engine, random_pair
 
 from completer.client import EngineError
 from completer.config import OPTIONS, EngineConfig
@@ -108,7 +108,7 @@ LIVE = {
 
 
 @pytest.mark.parametrize("name", [f.name for f in fields(EngineConfig)])
-def test_every_option_applies_live_or_is_marked_reload(tok, name):  # noqa: F811
+def test_every_option_applies_live_or_is_marked_reload(tok, name):
     reload = OPTIONS[name].meta["reload"]
     assert (name in LIVE_OPTIONS) == (not reload)
     e = engine(random_pair(tok))
@@ -125,7 +125,7 @@ def test_every_option_applies_live_or_is_marked_reload(tok, name):  # noqa: F811
     check(e, value)
 
 
-def test_a_bad_value_changes_nothing_and_other_scopes_are_not_the_engines(tok):  # noqa: F811
+def test_a_bad_value_changes_nothing_and_other_scopes_are_not_the_engines(tok):
     e = engine(random_pair(tok))
     before = e.stats()["config"]
     with pytest.raises(EngineError) as err:

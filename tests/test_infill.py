@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from test_serve import metric, start_server, stop_server
+from helpers.serve import metric, start_server, stop_server
 
 from completer.serve import infill
 
@@ -171,6 +171,7 @@ def settle_warmups(server: str, before: dict[str, float], n: int) -> dict[str, f
 
 
 # -- the clients' requests ----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_llama_vim_reads_the_answer(server, place):
     """llama.vim keeps an answer only when its raw text starts with `{` and holds `"content":"`
     (no space: llama-server's compact JSON); it reads the slash paths as literal keys."""
@@ -188,6 +189,7 @@ def test_llama_vim_reads_the_answer(server, place):
     assert again["tokens_cached"] > 0 and again["timings/prompt_n"] <= 1
 
 
+@pytest.mark.slow
 def test_llama_vscode_gets_an_array_for_n_cmpl(server, place):
     """n_cmpl: 3 answers an array of the distinct completions (one with greedy decoding), each in
     the shape getComplFromContent and the status bar read; without n_cmpl, one object."""
@@ -207,6 +209,7 @@ def test_llama_vscode_gets_an_array_for_n_cmpl(server, place):
     assert isinstance(one, dict) and one["content"] == answers[0]["content"]
 
 
+@pytest.mark.slow
 def test_a_plugin_session(server, place):
     """Ring warm-ups, a completion, a ring update that prepares the next completion (its prompt
     all in the KV cache when it comes), typing through it, n_cmpl: 3 further on."""
@@ -234,6 +237,7 @@ def test_a_plugin_session(server, place):
     assert isinstance(answers, list) and answers[0]["content"] == shown[3:]
 
 
+@pytest.mark.slow
 def test_response_fields_are_literal_paths(server, place):
     lines, row = place
     body = {**vim_body(lines, row, len(lines[row]), RING), "response_fields": [
@@ -243,6 +247,7 @@ def test_response_fields_are_literal_paths(server, place):
     assert r["generation_settings/n_ctx"] > 0 and r["stop_type"] in ("eos", "limit", "word")
 
 
+@pytest.mark.slow
 def test_t_max_predict_ms_cuts_after_a_whole_line(server, multi):
     """A deadline of 1 ms with a large n_predict: the answer is cut once a line is complete
     (truncated, stop_type limit, a beginning of the whole answer), or it came whole before."""
@@ -256,6 +261,7 @@ def test_t_max_predict_ms_cuts_after_a_whole_line(server, multi):
             assert cut["content"] == full["content"] and cut["stop_type"] == full["stop_type"]
 
 
+@pytest.mark.slow
 def test_stop_strings_and_n_indent_cut_the_answer(server, multi):
     body, full = multi[0], multi[1]["content"]
     second = next(line for line in full.split("\n")[1:] if line.strip())  # the first line after one
@@ -267,6 +273,7 @@ def test_stop_strings_and_n_indent_cut_the_answer(server, multi):
     assert r["content"] == full[:full.find("\n" + second) + 1] and r["stop_type"] == "limit"
 
 
+@pytest.mark.slow
 def test_the_stream_is_llama_servers(server, multi):
     """Server-sent events: partial results (stop false) whose contents make the answer, then the
     final result with its timings and an empty content; no [DONE]."""
@@ -282,6 +289,7 @@ def test_the_stream_is_llama_servers(server, multi):
     assert last["stop_type"] == whole["stop_type"]
 
 
+@pytest.mark.slow
 def test_what_the_gate_leaves_empty_is_empty(server):
     """Inside an identifier (the syntax layer gates it off): content "", nothing generated."""
     lines = ["import os", "", "print(os.getcwd())", ""]
@@ -312,6 +320,7 @@ def test_what_the_gate_leaves_empty_is_empty(server):
      "Field 't_max_predict_ms': Value must be between"),
     ({"input_prefix": "x" * (MAX_BODY + 1)}, None, 413, "the body exceeds"),
 ])
+@pytest.mark.slow
 def test_bad_bodies_get_llama_servers_error(server, place, body, raw, status, start):
     if isinstance(body, dict):
         body = {"input_prefix": "", "input_suffix": "", **body}
@@ -325,6 +334,7 @@ def test_bad_bodies_get_llama_servers_error(server, place, body, raw, status, st
     assert ask(server, vim_body(lines, row, len(lines[row]), RING))["content"]  # and the server serves on
 
 
+@pytest.mark.slow
 def test_the_trust_rules_are_serves(server):
     body = vim_body(["import os", ""], 1, 0, RING)
     for headers in ({}, {"Authorization": "Bearer wrong"}):

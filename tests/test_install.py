@@ -78,6 +78,7 @@ def resolutions(tmp_path_factory):
         p.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PLATFORMS))
 def test_dependencies_resolve_to_wheels(name, resolutions):
     pin = names(project()["dependencies"])["torch"].split("==")[1]
@@ -128,6 +129,7 @@ def run_without(missing: set[str], code: str) -> subprocess.CompletedProcess:
                           env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
 
 
+@pytest.mark.slow
 def test_quantized_matmuls_work_without_triton():
     """A CPU install has no triton: where a kernel would run (here: TRITON_INTERPRET=1), the
     reference computes it and one warning names the extra to install."""
@@ -150,6 +152,7 @@ print("ok")
     assert r.stderr.count("triton is not installed") == 1 and "pip install -e '.[gpu]'" in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("quant", ["int8", "nf4"])
 def test_bitsandbytes_modes_name_the_package_to_install(quant, tmp_path):
     from conftest import random_llama
@@ -169,6 +172,7 @@ else:
     assert "bitsandbytes" in r.stdout and "pip install" in r.stdout, r.stdout
 
 
+@pytest.mark.slow
 def test_remote_tests_skip_cleanly_without_llama_server(tmp_path):
     """The README's test command on a machine that never ran .ci/llamacpp.sh (its cache hidden,
     CI unset): every test that needs llama-server skips before a fixture starts a process, naming

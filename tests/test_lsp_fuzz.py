@@ -11,13 +11,12 @@ import threading
 import time
 from pathlib import Path
 
-from test_transport_fuzz import junk  # the same hostile values for every transport
+import pytest
+from helpers.fuzz import frame, junk  # the same hostile values for every transport
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def frame(body: bytes, length: int | None = None) -> bytes:
-    return b"Content-Length: %d\r\n\r\n" % (len(body) if length is None else length) + body
 
 
 def msg(**kw) -> bytes:

@@ -9,11 +9,21 @@ import os
 from pathlib import Path
 
 import pytest
-import pytest_lsp
+from helpers.lsp import (
+    context_at,
+    did_change_watched,
+    indexed,
+    inline,
+    open_path,
+    start_in,
+    tiny_options,
+    type_text,
+)
 from lsprotocol import types as t
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient, client_capabilities
-from test_lsp import SERVER, _inline, _tiny_options, _type
+
+pytestmark = pytest.mark.slow
 
 UTIL = '''"""Helpers."""
 
@@ -33,18 +43,6 @@ class Meter:
 MAIN = "from pkg.util import scale_all\n\n\ndef run(xs):\n    ys = scale_all(\n"
 
 
-@pytest_lsp.fixture(config=SERVER)
-async def client(lsp_client: LanguageClient):
-    lsp_client.registrations = []
-
-    @lsp_client.feature(t.CLIENT_REGISTER_CAPABILITY)
-    def register(params: t.RegistrationParams):
-        lsp_client.registrations.extend(params.registrations)
-
-    yield
-    await lsp_client.shutdown_session()
-
-
 def _workspace(root: Path) -> Path:
     (root / "pkg").mkdir()
     (root / "pkg" / "__init__.py").write_text("")
@@ -52,33 +50,6 @@ def _workspace(root: Path) -> Path:
     (root / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
     (root / "main.py").write_text(MAIN)
     return root
-
-
-async def _start(client: LanguageClient, root: Path, options: dict) -> None:
-    caps = client_capabilities("visual-studio-code")
-    await client.initialize_session(t.InitializeParams(
-        capabilities=caps, root_uri=root.as_uri(), initialization_options=options,
-        workspace_folders=[t.WorkspaceFolder(uri=root.as_uri(), name=root.name)]))
-
-
-async def _indexed(client: LanguageClient):
-    """Stats once the engine is ready and the index has walked the workspace and applied every update."""
-    for _ in range(1200):
-        stats = await client.protocol.send_request_async("completer/stats", {})
-        if stats.engine not in ("loading", "not loaded") and stats.workspace and stats.workspace.complete:
-            return stats
-        await asyncio.sleep(0.05)
-    raise AssertionError("the workspace was never indexed")
-
-
-def _open(client: LanguageClient, path: Path, text: str) -> None:
-    client.text_document_did_open(t.DidOpenTextDocumentParams(text_document=t.TextDocumentItem(
-        uri=path.as_uri(), language_id="python", version=1, text=text)))
-
-
-def _watched(client: LanguageClient, *changes: tuple[Path, t.FileChangeType]) -> None:
-    client.workspace_did_change_watched_files(t.DidChangeWatchedFilesParams(
-        changes=[t.FileEvent(uri=p.as_uri(), type=kind) for p, kind in changes]))
 
 
 async def _files(client: LanguageClient, want: int) -> int:
@@ -94,8 +65,8 @@ async def _files(client: LanguageClient, want: int) -> int:
 @pytest.mark.asyncio
 async def test_index_is_built_with_progress_and_kept_current(client: LanguageClient, tiny_pair, tmp_path):
     root = _workspace(tmp_path)
-    await _start(client, root, _tiny_options(tiny_pair))
-    stats = await _indexed(client)
+    await start_in(client, root, tiny_options(tiny_pair))
+    stats = await indexed(client)
     assert stats.workspace.files == 3  # pkg/__init__.py, pkg/util.py, main.py
     index_reports = [r for tok, r in client.progress_reports.items() if tok.startswith("completer/index/")]
     assert len(index_reports) == 1
@@ -106,29 +77,29 @@ async def test_index_is_built_with_progress_and_kept_current(client: LanguageCli
     with pytest.raises(JsonRpcException) as err:  # completer/context: a clear error for bad params
         await client.protocol.send_request_async("completer/context", {"textDocument": 3, "position": {}})
     assert err.value.code == -32602
-    assert await _context(client, (root / "nope.py").as_uri(), 0, 0) is None  # not open
+    assert await context_at(client, (root / "nope.py").as_uri(), 0, 0) is None  # not open
 
     # an open document not on disk yet is indexed from its live text
     new = root / "pkg" / "extra.py"
-    _open(client, new, "def helper(a):\n    return a\n")
+    open_path(client, new, "def helper(a):\n    return a\n")
     assert await _files(client, 4) == 4
     # watched files: a deleted file leaves the index (and its edits the next-edit history), a
     # created one joins it
     util = root / "pkg" / "util.py"
-    _open(client, util, util.read_text())
+    open_path(client, util, util.read_text())
     client.text_document_did_change(t.DidChangeTextDocumentParams(
         t.VersionedTextDocumentIdentifier(uri=util.as_uri(), version=2),
         [t.TextDocumentContentChangeWholeDocument(text=util.read_text() + "\nX = 1\n")]))
     stats = await client.protocol.send_request_async("completer/stats", {})
     assert stats.edit_events == 1
     util.unlink()
-    _watched(client, (util, t.FileChangeType.Deleted))
+    did_change_watched(client, (util, t.FileChangeType.Deleted))
     assert await _files(client, 3) == 3
     stats = await client.protocol.send_request_async("completer/stats", {})
     assert stats.edit_events == 0
     client.text_document_did_close(t.DidCloseTextDocumentParams(t.TextDocumentIdentifier(uri=util.as_uri())))
     (root / "pkg" / "more.py").write_text("def more():\n    return 1\n")
-    _watched(client, (root / "pkg" / "more.py", t.FileChangeType.Created))
+    did_change_watched(client, (root / "pkg" / "more.py", t.FileChangeType.Created))
     assert await _files(client, 4) == 4
     stats = await client.protocol.send_request_async("completer/stats", {})
     assert stats.files_changed == 2
@@ -136,7 +107,7 @@ async def test_index_is_built_with_progress_and_kept_current(client: LanguageCli
     # a workspace option rebuilds the index (from the disk and the open documents)
     client.workspace_did_change_configuration(t.DidChangeConfigurationParams(
         settings={"completer": {"index_max_file_kb": 1}}))
-    stats = await _indexed(client)
+    stats = await indexed(client)
     assert stats.index_rebuilds == 1 and stats.options.index_max_file_kb == 1 and stats.workspace.files == 4
 
 
@@ -151,46 +122,40 @@ async def test_unreadable_files_and_symlink_loops_still_complete(client: Languag
     (root / "pkg" / "loop").symlink_to(root / "pkg")  # a directory loop
     (root / "up").symlink_to(root)
     os.mkfifo(root / "pipe.py")  # reading it would block forever
-    await _start(client, root, _tiny_options(tiny_pair))
-    stats = await _indexed(client)
+    await start_in(client, root, tiny_options(tiny_pair))
+    stats = await indexed(client)
     assert stats.workspace.files >= 3
-    _open(client, root / "main.py", MAIN)
-    got = await client.text_document_inline_completion_async(_inline(4, 19, (root / "main.py").as_uri()))
+    open_path(client, root / "main.py", MAIN)
+    got = await client.text_document_inline_completion_async(inline(4, 19, (root / "main.py").as_uri()))
     assert isinstance(got, t.InlineCompletionList)
     stats = await client.protocol.send_request_async("completer/stats", {})
     assert stats.engine_stats.requests == 1 and getattr(stats, "engine_exceptions", 0) == 0  # it ran, and nothing raised
 
 
 
-async def _context(client: LanguageClient, uri: str, line: int, ch: int) -> list:
-    got = await client.protocol.send_request_async("completer/context", {
-        "textDocument": {"uri": uri}, "position": {"line": line, "character": ch}})
-    return got.context
-
-
 @pytest.mark.asyncio
 async def test_the_other_files_definition_is_in_the_context_and_stays_while_typing(
         client: LanguageClient, tiny_pair, tmp_path):
     root = _workspace(tmp_path)
-    await _start(client, root, _tiny_options(tiny_pair, max_new_tokens=2, type_through=False))
-    await _indexed(client)
+    await start_in(client, root, tiny_options(tiny_pair, max_new_tokens=2, type_through=False))
+    await indexed(client)
     uri = (root / "main.py").as_uri()
-    _open(client, root / "main.py", MAIN)
-    context = await _context(client, uri, 4, 19)
+    open_path(client, root / "main.py", MAIN)
+    context = await context_at(client, uri, 4, 19)
     cross = [(c.kind, c.path, c.start_line, c.end_line, c.tokens) for c in context if c.path != "main.py"]
     assert ("definition", "pkg/util.py") in {c[:2] for c in cross}, context
     scale = next(c for c in cross if c[1] == "pkg/util.py")
     assert scale[2] <= UTIL.splitlines().index("def scale_all(values, factor):") <= scale[3] and scale[4] > 0
     assert {c.kind for c in context if c.path == "main.py"} >= {"prefix"}  # the cursor file's own windows
 
-    await client.text_document_inline_completion_async(_inline(4, 19, uri))
+    await client.text_document_inline_completion_async(inline(4, 19, uri))
     before = await client.protocol.send_request_async("completer/stats", {})
     for version, ch in enumerate("xs", start=2):  # keystrokes inside the call: the same definitions
         col = 19 + version - 2
-        _type(client, 4, col, ch, version, uri)
-        assert [(c.kind, c.path, c.start_line, c.end_line, c.tokens) for c in await _context(client, uri, 4, col + 1)
+        type_text(client, 4, col, ch, version, uri)
+        assert [(c.kind, c.path, c.start_line, c.end_line, c.tokens) for c in await context_at(client, uri, 4, col + 1)
                 if c.path != "main.py"] == cross
-    await client.text_document_inline_completion_async(_inline(4, 21, uri))
+    await client.text_document_inline_completion_async(inline(4, 21, uri))
     after = await client.protocol.send_request_async("completer/stats", {})
     # the cross-file block goes first and did not change: only the typed tokens (and the ones the
     # last completion generated past them) are prefilled again
@@ -204,9 +169,9 @@ async def test_the_other_files_definition_is_in_the_context_and_stays_while_typi
                 - a.engine_stats.prefill_tokens - a.engine_stats.tokens_reused)
     with_cross = prompt_tokens(before, after)
     client.workspace_did_change_configuration(t.DidChangeConfigurationParams(settings={"completer": {"cross_file": False}}))
-    await _indexed(client)
-    assert all(c.path == "main.py" for c in await _context(client, uri, 4, 21))
-    await client.text_document_inline_completion_async(_inline(4, 21, uri))
+    await indexed(client)
+    assert all(c.path == "main.py" for c in await context_at(client, uri, 4, 21))
+    await client.text_document_inline_completion_async(inline(4, 21, uri))
     last = await client.protocol.send_request_async("completer/stats", {})
     assert with_cross - prompt_tokens(after, last) >= sum(c[4] for c in cross)
 
@@ -216,7 +181,7 @@ async def test_no_folder_no_index_and_no_progress_left_open(client: LanguageClie
     # an editor with a single file and no root (Neovim without a root marker): no index, and no
     # `$/progress` begun for one (a begin that never ended held Neovim's status at 'loading')
     await client.initialize_session(t.InitializeParams(
-        capabilities=client_capabilities("visual-studio-code"), initialization_options=_tiny_options(tiny_pair)))
+        capabilities=client_capabilities("visual-studio-code"), initialization_options=tiny_options(tiny_pair)))
     for _ in range(1200):
         stats = await client.protocol.send_request_async("completer/stats", {})
         if stats.engine not in ("loading", "not loaded"):

@@ -15,9 +15,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import random_llama
-from test_engine_cache import engine, tok  # noqa: F401 - the fixture is used by name
+from helpers.engines import STORAGE, engine
 from test_families import family_model
-from test_np_runner import STORAGE
 
 from completer.engine import native_lib
 from completer.engine.drafters import AdaptiveK, ModelDrafter
@@ -564,7 +563,7 @@ def test_generations_step_side_by_side(lib):
             close(x, y, kv16=True)
 
 
-def test_kv_cache_option_reaches_the_runners(lib, tok):  # noqa: F811
+def test_kv_cache_option_reaches_the_runners(lib, tok):
     """EngineConfig.kv_cache picks the native runners' cache type (target and draft), the KV
     budget reserves what they hold, and a completion through either is greedy and complete; f16
     halves the bytes a cached token takes."""

@@ -76,12 +76,14 @@ def serve_with_token(tiny_pair):
     stop(p)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["/v1/models", "/metrics", "/health", "/ws"])
 def test_serve_refuses_a_rebound_host_name(serve, path):
     status, body = raw_get(serve, path, {"Host": f"attacker.example:{serve}".encode()})
     assert status == 403 and b"Host" in body and b"target" not in body
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("host", ["127.0.0.1:{port}", "localhost:{port}", "[::1]:{port}", "devbox.lan:{port}",
                                   "LOCALHOST."])
 def test_serve_accepts_addresses_localhost_and_allowed_names(serve, host):
@@ -89,6 +91,7 @@ def test_serve_accepts_addresses_localhost_and_allowed_names(serve, host):
     assert status == 200 and b'"data"' in body
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("auth", ["Bearer caf\xe9".encode("latin-1"), "Bearer €".encode(), b"Bearer \xff\xfe"])
 def test_serve_answers_a_non_ascii_authorization_with_401(serve_with_token, auth):
     port = serve_with_token
@@ -112,6 +115,7 @@ def initialize(options: dict | None = None) -> str:
                                   "initializationOptions": options or {}}})
 
 
+@pytest.mark.slow
 def test_ws_refuses_web_pages_and_foreign_hosts():
     p, port = lsp("--ws", "0")
     try:
@@ -134,6 +138,7 @@ def test_ws_refuses_web_pages_and_foreign_hosts():
         stop(p)
 
 
+@pytest.mark.slow
 def test_ws_with_a_token_wants_it_at_the_handshake_or_in_initialize():
     p, port = lsp("--ws", "0", "--token", TOKEN)
     try:
@@ -168,6 +173,7 @@ def framed(body: str) -> bytes:
     return f"Content-Length: {len(body.encode())}\r\n\r\n{body}".encode()
 
 
+@pytest.mark.slow
 def test_tcp_closes_on_an_http_request_and_takes_the_token_in_initialize():
     p, port = lsp("--tcp", "0", "--token", TOKEN)
     try:
@@ -187,6 +193,7 @@ def test_tcp_closes_on_an_http_request_and_takes_the_token_in_initialize():
         stop(p)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["--tcp", "--ws"])
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.0.2.1", "example.com"])
 def test_no_token_off_loopback_refuses_to_start(transport, host):

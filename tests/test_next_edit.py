@@ -383,6 +383,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
                           timeout=300, check=False)
 
 
+@pytest.mark.slow
 def test_cli_json_contract(tmp_path):
     old, new = tmp_path / "old.py", tmp_path / "store.py"
     old.write_text(SRC)
@@ -414,6 +415,7 @@ def test_cli_json_contract(tmp_path):
     assert r.returncode == 0 and json.loads(r.stdout)["reason"] == "no_history"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["unrelated", "missing", "binary", "position"])
 def test_cli_bad_input_exits_2(tmp_path, case):
     new = tmp_path / "store.py"

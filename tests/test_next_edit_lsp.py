@@ -6,11 +6,12 @@ scripted slow engine: tests/test_next_edit_remote.py.)"""
 from __future__ import annotations
 
 import pytest
-import pytest_lsp
+from helpers.lsp import open_doc, start, type_text
 from lsprotocol import types as t
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
-from test_lsp import SERVER, _open, _start, _type
+
+pytestmark = pytest.mark.slow
 
 URI = "file:///tmp/store.py"
 SOURCE = '''\
@@ -23,12 +24,6 @@ class Store:
 '''
 
 
-@pytest_lsp.fixture(config=SERVER)
-async def client(lsp_client: LanguageClient):
-    yield
-    await lsp_client.shutdown_session()
-
-
 def _ask(client: LanguageClient, line: int, col: int, uri: str = URI):
     return client.protocol.send_request_async("completer/nextEdit", {
         "textDocument": {"uri": uri}, "position": {"line": line, "character": col}})
@@ -36,8 +31,8 @@ def _ask(client: LanguageClient, line: int, col: int, uri: str = URI):
 
 async def _renamed(client: LanguageClient) -> None:
     """The user renames the parameter `name` to `key` in the signature (an edit event)."""
-    _open(client, SOURCE, URI)
-    _type(client, 1, 18, "key", 2, URI)
+    open_doc(client, SOURCE, URI)
+    type_text(client, 1, 18, "key", 2, URI)
     client.text_document_did_change(t.DidChangeTextDocumentParams(
         text_document=t.VersionedTextDocumentIdentifier(uri=URI, version=3),
         content_changes=[t.TextDocumentContentChangePartial(
@@ -46,8 +41,8 @@ async def _renamed(client: LanguageClient) -> None:
 
 @pytest.mark.asyncio
 async def test_next_edit_shape_reasons_and_stats(client: LanguageClient):
-    await _start(client, {"device": "cpu"})
-    _open(client, SOURCE, URI)
+    await start(client, {"device": "cpu"})
+    open_doc(client, SOURCE, URI)
     got = await _ask(client, 2, 8)
     assert got.edits == [] and got.reason == "no_history" and got.version == 1 and isinstance(got.id, str)
     await _renamed(client)
@@ -81,8 +76,8 @@ async def test_next_edit_shape_reasons_and_stats(client: LanguageClient):
     {"textDocument": {"uri": URI}, "position": {"line": -1, "character": 0}},
 ])
 async def test_bad_params_are_an_error_and_the_server_lives(client: LanguageClient, params):
-    await _start(client, {"device": "cpu"})
-    _open(client, SOURCE, URI)
+    await start(client, {"device": "cpu"})
+    open_doc(client, SOURCE, URI)
     with pytest.raises(JsonRpcException, match="position|expected"):
         await client.protocol.send_request_async("completer/nextEdit", params)
     got = await _ask(client, 0, 0, "file:///not/open.py")
@@ -96,7 +91,7 @@ async def test_an_accepted_rename_is_carried_on_by_the_next_suggestion(client: L
     """A region of two lines below the cursor: the first suggestion renames lines 2-3; the editor
     applies it (one didChange, bottom up, merged into the user's edit event) and asks again at the
     last edit, as after Tab; the second suggestion renames lines 4-5."""
-    await _start(client, {"device": "cpu", "next_edit_lines_below": 2})
+    await start(client, {"device": "cpu", "next_edit_lines_below": 2})
     await _renamed(client)
     first = await _ask(client, 1, 21)
     assert first.source == "rename" and sorted({e.range.start.line for e in first.edits}) == [2, 3]

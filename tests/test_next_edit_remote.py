@@ -11,10 +11,9 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-import pytest_lsp
+from helpers.lsp import open_doc, start, type_text
 from lsprotocol import types as t
 from pytest_lsp import LanguageClient
-from test_lsp import SERVER, _open, _start, _type
 
 from completer.client import EngineError
 from completer.edits.formats import EDIT_FORMATS, EditPrompt, HistoryItem, render
@@ -141,8 +140,9 @@ def test_openai_compatible_rewrite(scripted):
     assert body["model"] == "sweepai/sweep-next-edit-1.5B" and body["temperature"] == 0.0
 
 
+@pytest.mark.slow
 def test_real_llama_server_rewrites_in_our_format():
-    from test_remote_llamacpp import LlamaServer, llama_paths
+    from helpers.llama import LlamaServer, llama_paths
 
     binary, gguf = llama_paths()
     server = LlamaServer(binary, gguf).start()
@@ -161,17 +161,12 @@ URI = "file:///tmp/emoji.py"
 SOURCE = 'def greet(name):\n    s = "😀 " + name\n    return s, name\n'
 
 
-@pytest_lsp.fixture(config=SERVER)
-async def client(lsp_client: LanguageClient):
-    yield
-    await lsp_client.shutdown_session()
-
-
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_next_edit_positions_are_utf16_and_feedback_counts(client: LanguageClient, scripted):
-    await _start(client, {**ON_THE_MODEL, "engine": f"llamacpp:{scripted.base}"})
-    _open(client, SOURCE, URI)
-    _type(client, 0, 10, "who", 2, URI)  # the parameter renamed: name → whoname → (below) who
+    await start(client, {**ON_THE_MODEL, "engine": f"llamacpp:{scripted.base}"})
+    open_doc(client, SOURCE, URI)
+    type_text(client, 0, 10, "who", 2, URI)  # the parameter renamed: name → whoname → (below) who
     client.text_document_did_change(t.DidChangeTextDocumentParams(
         text_document=t.VersionedTextDocumentIdentifier(uri=URI, version=3),
         content_changes=[t.TextDocumentContentChangePartial(
@@ -194,6 +189,7 @@ async def test_next_edit_positions_are_utf16_and_feedback_counts(client: Languag
     assert stats.next_edit_latency_ms.p50 > 0 and stats.next_edit_latency_ms.p90 >= stats.next_edit_latency_ms.p50
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_next_edit_prompt_holds_the_workspaces_definitions(client: LanguageClient, scripted, tmp_path):
     """With Sweep's format, a definition from another file of the workspace is a file section of
@@ -212,8 +208,8 @@ async def test_next_edit_prompt_holds_the_workspaces_definitions(client: Languag
         if stats.engine == "ready" and stats.workspace and stats.workspace.complete:
             break
         await asyncio.sleep(0.05)
-    _open(client, main, uri)
-    _type(client, 3, 8, "who", 2, uri)  # run(name) → run(whoname)
+    open_doc(client, main, uri)
+    type_text(client, 3, 8, "who", 2, uri)  # run(name) → run(whoname)
     scripted.answer = "def run(whoname):\n    return scale(whoname, 2) + scale(whoname, 3)\n"  # the region: run()
     got = await client.protocol.send_request_async("completer/nextEdit", {
         "textDocument": {"uri": uri}, "position": {"line": 3, "character": 11}})
@@ -224,6 +220,7 @@ async def test_next_edit_prompt_holds_the_workspaces_definitions(client: Languag
     assert "<|file_sep|>current/main.py\n" in body["prompt"]
 
 
+@pytest.mark.slow
 def test_cli_next_edit_on_a_remote_engine(scripted, tmp_path):
     """The CLI's contract on an engine whose answer is known: the edits applied to FILE give the
     predicted file (--json), and the plain output is that change as a unified diff."""
@@ -255,21 +252,22 @@ def test_cli_next_edit_on_a_remote_engine(scripted, tmp_path):
                              "+    x = 'é😀' + who\n+    return x, who\n")
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_an_edit_computed_on_an_older_text_is_dropped(client: LanguageClient, scripted):
     """The user types while the model works: the request stops, and its answer says stale
     (never edits for a text that is gone)."""
     import asyncio
 
-    await _start(client, {**ON_THE_MODEL, "engine": f"llamacpp:{scripted.base}"})
-    _open(client, SOURCE, URI)
-    _type(client, 0, 10, "who", 2, URI)
+    await start(client, {**ON_THE_MODEL, "engine": f"llamacpp:{scripted.base}"})
+    open_doc(client, SOURCE, URI)
+    type_text(client, 0, 10, "who", 2, URI)
     scripted.answer = SOURCE.replace("name", "whoname")
     scripted.hold.clear()
     pending = asyncio.ensure_future(client.protocol.send_request_async("completer/nextEdit", {
         "textDocument": {"uri": URI}, "position": {"line": 0, "character": 13}}))
     assert await asyncio.to_thread(scripted.asked.wait, 30)  # the model is at work
-    _type(client, 2, 0, "#", 3, URI)
+    type_text(client, 2, 0, "#", 3, URI)
     got = await asyncio.wait_for(pending, 30)
     assert (got.edits, got.reason, got.version) == ([], "stale", 2)
     scripted.hold.set()

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import msgpack
 import pytest
-from test_serve import ask, start_server, stop_server
+from helpers.serve import ask, metric, metrics, start_server, stop_server
 from websockets.asyncio.client import connect as ws_connect
 
 from completer.edits.diff import TextEdit, apply_edits
+
+pytestmark = pytest.mark.slow
 
 BEFORE = '''\
 def add(name, value):
@@ -114,7 +116,6 @@ def connect_ws(server):
 async def test_next_edit_feedback_is_counted(server):
     import asyncio
 
-    from test_serve import metric, metrics
 
     name = 'completer_requests_total{kind="next_edit_feedback",outcome="accepted"}'
     async with connect_ws(server) as ws:

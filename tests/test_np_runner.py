@@ -8,11 +8,12 @@ import random
 import pytest
 import torch
 from conftest import random_llama
+from helpers.engines import STORAGE
 from test_families import family_model
 
 from completer.engine.drafters import AdaptiveK, ModelDrafter
 from completer.engine.np_runner import NumpyRunner, eligible
-from completer.engine.quant import MODE_GROUPS, quantize_weights
+from completer.engine.quant import quantize_weights
 from completer.engine.runner import LlamaRunner, LlamaWeights
 from completer.engine.runner_factory import make_runner
 from completer.engine.sampling import Sampling
@@ -24,10 +25,6 @@ torch.set_num_threads(1)
 @pytest.fixture(autouse=True)
 def numpy_step(monkeypatch):
     monkeypatch.setenv("COMPLETER_NATIVE", "0")  # make_runner's fallback (test_native_step.py)
-
-
-STORAGE = {"fp32": None, "fp16": MODE_GROUPS["fp16"], "int8": MODE_GROUPS["fast-int8"],
-           "bf16-embed": "embed=bf16"}
 
 
 def weights(case: str, storage: str, seed: int = 0) -> LlamaWeights:

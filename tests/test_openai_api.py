@@ -14,8 +14,10 @@ import urllib.request
 
 import msgpack
 import pytest
-from test_serve import metric, start_server, stop_server
+from helpers.serve import metric, start_server, stop_server
 from websockets.asyncio.client import connect
+
+pytestmark = pytest.mark.slow
 
 TOKEN = "t0ken"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -12,12 +12,14 @@ import time
 import urllib.request
 
 import pytest
-from test_remote_llamacpp import free_port
+from helpers import free_port
 
 from completer.client import EngineError, prompt_budget
 from completer.engine.models import load_tokenizer
 from completer.remote import connect
 from completer.remote.ws import WsEngine
+
+pytestmark = pytest.mark.slow
 
 TOKEN = "s3cret-ws"
 PREFIX, SUFFIX = "def scale(xs, k):\n    return [", "]\n"

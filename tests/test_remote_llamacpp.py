@@ -7,109 +7,15 @@ Without a built llama-server these tests skip, or fail when CI is set (.ci/run b
 from __future__ import annotations
 
 import os
-import re
-import socket
-import subprocess
-import sys
 import threading
-import time
-import urllib.request
-from pathlib import Path
 
 import pytest
+from helpers.llama import PREFIX, SUFFIX, TARGET, LlamaServer
 from tokenizers import Tokenizer
 
 from completer.client import Chunk, EngineError, prompt_budget
 from completer.remote import TypeThrough, connect
 from completer.remote.llamacpp import LlamaCpp
-
-ROOT = Path(__file__).resolve().parents[1]
-TARGET = ROOT / "draft_models" / "default" / "target"
-SOURCE = ('import os\n\n\ndef read_lines(path):\n    """Return the lines of a file."""\n    with open(path) as f:\n'
-          '        return f.read().splitlines()\n\n\ndef main():\n    for line in read_lines(os.environ["FILE"]):\n'
-          '        print(line)\n')
-PREFIX, SUFFIX = SOURCE[:SOURCE.index("        print")], SOURCE[SOURCE.index("\n\n\ndef main"):]
-
-
-def llama_paths() -> tuple[Path, Path]:
-    """(llama-server, target .gguf) from the cache .ci/llamacpp.sh fills; skip (fail under CI)
-    when it was never built: the build takes about 20 minutes and is .ci/run's job."""
-    env = {**os.environ, "LLAMACPP_NO_BUILD": "1", "PYTHON": sys.executable}
-    run = lambda *a: subprocess.run(["bash", str(ROOT / ".ci" / "llamacpp.sh"), *a], check=False, capture_output=True,
-                                    text=True, env=env, timeout=600)
-    cache, gguf = run(), run("--gguf", str(TARGET), "f32")
-    if cache.returncode or gguf.returncode:
-        why = (cache.stderr or gguf.stderr).strip()
-        if os.environ.get("CI"):
-            pytest.fail(f"llama-server is required under CI: {why}")
-        pytest.skip(f"no llama-server: {why}")
-    return Path(cache.stdout.strip()) / "bin" / "llama-server", Path(gguf.stdout.strip())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class LlamaServer:
-    """A llama-server subprocess on a fixed port (so it can be killed and started again)."""
-
-    def __init__(self, binary: Path, gguf: Path, *extra: str):
-        self.argv = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(free_port()),
-                     "-c", "2048", "-np", "4", "-t", "1", "--metrics", "--spm-infill", *extra]
-        self.port = int(self.argv[self.argv.index("--port") + 1])
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.p: subprocess.Popen | None = None
-        self.key = extra[extra.index("--api-key") + 1] if "--api-key" in extra else None
-
-    def start(self) -> LlamaServer:
-        self.p = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(600):  # /health answers 200 once the model is loaded
-            assert self.p.poll() is None, "llama-server exited at start"
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=1) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.05)
-        raise AssertionError("llama-server did not become healthy")
-
-    def kill(self) -> None:
-        if self.p is not None and self.p.poll() is None:
-            self.p.kill()
-            self.p.wait(timeout=30)
-
-    def get(self, path: str) -> str:
-        req = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {self.key}"}
-                                     if self.key else {})
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.read().decode()
-
-    def predicted_total(self) -> int:
-        """`llamacpp:tokens_predicted_total` once every slot is idle (a cancelled slot's tokens
-        are counted when it is released)."""
-        for _ in range(400):
-            if '"is_processing":true' not in self.get("/slots").replace(" ", ""):
-                break
-            time.sleep(0.01)
-        m = re.search(r"^llamacpp:tokens_predicted_total (\d+)", self.get("/metrics"), re.MULTILINE)
-        return int(m.group(1))
-
-
-@pytest.fixture(scope="session")
-def llama_bin() -> tuple[Path, Path]:
-    """llama_paths() as a session fixture: pytest sets session fixtures up before a test's function
-    fixtures, so a test that asks for it skips before any of them starts a process."""
-    return llama_paths()
-
-
-@pytest.fixture(scope="session")
-def llama():
-    binary, gguf = llama_paths()
-    s = LlamaServer(binary, gguf).start()
-    yield s
-    s.kill()
 
 
 @pytest.fixture
@@ -120,6 +26,7 @@ def client(llama):
     c.close()
 
 
+@pytest.mark.slow
 def test_completes_and_streams(client):
     deltas = []
     c = client.complete(PREFIX, SUFFIX, doc_key="a.py", max_new=12, on_text=deltas.append)
@@ -131,6 +38,7 @@ def test_completes_and_streams(client):
     assert client.prompt_budget(16) == prompt_budget(512, 16)
 
 
+@pytest.mark.slow
 def test_document_slots_keep_their_prompt_cache(client):
     a0 = client.complete(PREFIX, SUFFIX, doc_key="slot-a.py", max_new=4)
     client.complete("import sys\n\nprint(sys.argv)\n", "", doc_key="slot-b.py", max_new=4)  # another slot
@@ -141,6 +49,7 @@ def test_document_slots_keep_their_prompt_cache(client):
     assert a1.prefill_tokens < 8
 
 
+@pytest.mark.slow
 def test_warmup_prefills_the_documents_slot(client):
     prefix = PREFIX.replace("read_lines", "load_rows")
     computed = client.warmup(prefix, SUFFIX, doc_key="warm.py")
@@ -149,6 +58,7 @@ def test_warmup_prefills_the_documents_slot(client):
     assert c.prefill_tokens <= 1 and c.extra["tokens_cached"] >= computed - 1
 
 
+@pytest.mark.slow
 def test_slots_are_lru_and_forget_frees(client):
     for i in range(5):  # 4 server slots: the fifth document takes the least recently used one
         client.complete(f"x{i} = {i}\n", "", doc_key=f"lru{i}.py", max_new=1)
@@ -157,6 +67,7 @@ def test_slots_are_lru_and_forget_frees(client):
     assert "lru4.py" not in client.slots and client.stats()["kv_cached_documents"] == 3
 
 
+@pytest.mark.slow
 def test_stop_closes_the_stream_and_the_server_stops(client, llama):
     full = client.complete(PREFIX, SUFFIX, doc_key="stop.py", max_new=300)
     assert full.stop_reason == "length" and full.new_tokens == 300  # this prompt runs to the limit
@@ -168,6 +79,7 @@ def test_stop_closes_the_stream_and_the_server_stops(client, llama):
     assert generated < 150, f"the server went on generating ({generated} tokens) after the stream closed"
 
 
+@pytest.mark.slow
 def test_cancel_from_another_thread(client, llama):
     cancel = threading.Event()
     before = llama.predicted_total()
@@ -178,6 +90,7 @@ def test_cancel_from_another_thread(client, llama):
     assert client.complete(PREFIX, SUFFIX, doc_key="cancel.py", max_new=2).new_tokens == 2  # no sticky state
 
 
+@pytest.mark.slow
 def test_type_through_serves_the_rest_without_a_request(llama):
     tt = connect(f"llamacpp:{llama.url}")
     assert isinstance(tt, TypeThrough)
@@ -191,6 +104,7 @@ def test_type_through_serves_the_rest_without_a_request(llama):
     assert not other.extra["type_through"] and tt.stats()["requests"] == requests + 1
 
 
+@pytest.mark.slow
 def test_api_key_required_and_sent(llama_bin):
     binary, gguf = llama_bin
     s = LlamaServer(binary, gguf, "--api-key", "k-123").start()
@@ -212,6 +126,7 @@ def test_api_key_required_and_sent(llama_bin):
         s.kill()
 
 
+@pytest.mark.slow
 def test_killed_mid_stream_then_back(llama_bin):
     binary, gguf = llama_bin
     s = LlamaServer(binary, gguf).start()
@@ -241,6 +156,7 @@ def test_bad_urls_are_clear_errors():
         assert err.value.code == "bad_request" and "URL" in err.value.message
 
 
+@pytest.mark.slow
 def test_other_files_go_in_as_input_extra(llama_bin):
     """The real server takes `extra` as `input_extra` (in its prompt: more tokens), and a warmup
     with the same chunks leaves the slot's cache holding all of them for the completion after."""

@@ -6,23 +6,17 @@ API key is required and sent."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
-import pytest_lsp
+from helpers.llama import LlamaServer
 from lsprotocol import types as t
-from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
-from test_remote_llamacpp import LlamaServer, llama, llama_bin  # noqa: F401 - the shared fixtures
+from pytest_lsp import LanguageClient, client_capabilities
 
 from completer.remote.llamacpp import LlamaCpp
 
 ROOT = Path(__file__).resolve().parents[1]
-SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "lsp.server"],
-                            server_env={"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "XDG_CONFIG_HOME": os.environ["XDG_CONFIG_HOME"],
-                                        "PYTHONPATH": str(ROOT)})
 # Real code: the head of completer/documents.py (after its docstring). The embedded pair was trained
 # on a FIM layout llama.cpp's /infill does not write (ours ends the prompt at the cursor:
 # `<fim_suffix> s <fim_middle> p`), so through /infill it writes little that survives
@@ -31,7 +25,7 @@ _DOCUMENTS = (ROOT / "completer" / "documents.py").read_text()
 SOURCE = "\n".join(_DOCUMENTS[_DOCUMENTS.index('"""', 3) + 4:].split("\n")[:60]) + "\n"
 # Every test here needs llama-server: without one they skip (fail under CI) before the `client`
 # fixture starts a language server (llama_bin is session-scoped, so it is set up first).
-pytestmark = pytest.mark.usefixtures("llama_bin")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("llama_bin")]
 # Counted asserts the model keeps extending (the second build closes an open list of numbers within
 # 16 tokens): a long stream to cut, independent of SOURCE (whose text changes whenever documents.py
 # does; its tail once ended the stream after 5-17 tokens).
@@ -44,15 +38,6 @@ def with_hole(line: int, col: int) -> str:
     lines = SOURCE.split("\n")
     lines[line] = lines[line][:col]
     return "\n".join(lines)
-
-
-@pytest_lsp.fixture(config=SERVER)
-async def client(lsp_client: LanguageClient):
-    yield
-    if lsp_client.capabilities is None:  # never initialised: `exit` alone ends the server (pytest-lsp's
-        lsp_client.exit(None)            # teardown waits for the process, and shutdown_session sends nothing)
-    else:
-        await lsp_client.shutdown_session()
 
 
 async def _start(client: LanguageClient, url: str, **options) -> dict:
@@ -86,7 +71,7 @@ async def _complete(client: LanguageClient, uri: str, line: int, col: int) -> li
 
 
 @pytest.mark.asyncio
-async def test_holes_complete_and_the_stop_saves_tokens(client: LanguageClient, llama):  # noqa: F811
+async def test_holes_complete_and_the_stop_saves_tokens(client: LanguageClient, llama):
     stats = await _start(client, llama.url, max_new_tokens=200)
     assert stats["engine"] == "ready"
     line, col = HOLES[0]  # without the stop, llama-server generates all 200 tokens here
@@ -109,7 +94,7 @@ async def test_holes_complete_and_the_stop_saves_tokens(client: LanguageClient, 
 
 
 @pytest.mark.asyncio
-async def test_a_keystroke_cancels_the_older_request(client: LanguageClient, llama):  # noqa: F811
+async def test_a_keystroke_cancels_the_older_request(client: LanguageClient, llama):
     await _start(client, llama.url, max_new_tokens=300, stop_degenerate=False)
     text = LONG
     line, col = text.count("\n"), 4
@@ -130,7 +115,7 @@ async def test_a_keystroke_cancels_the_older_request(client: LanguageClient, lla
 
 
 @pytest.mark.asyncio
-async def test_server_killed_mid_stream_then_back(client: LanguageClient, llama_bin):  # noqa: F811
+async def test_server_killed_mid_stream_then_back(client: LanguageClient, llama_bin):
     binary, gguf = llama_bin
     s = LlamaServer(binary, gguf).start()
     try:
@@ -158,7 +143,7 @@ async def test_server_killed_mid_stream_then_back(client: LanguageClient, llama_
 
 
 @pytest.mark.asyncio
-async def test_server_down_at_start_then_up(client: LanguageClient, llama_bin):  # noqa: F811
+async def test_server_down_at_start_then_up(client: LanguageClient, llama_bin):
     binary, gguf = llama_bin
     s = LlamaServer(binary, gguf)  # its port is chosen; nothing listens there yet
     try:
@@ -180,7 +165,7 @@ async def test_server_down_at_start_then_up(client: LanguageClient, llama_bin): 
 
 
 @pytest.mark.asyncio
-async def test_api_key_required_and_sent(client: LanguageClient, llama_bin):  # noqa: F811
+async def test_api_key_required_and_sent(client: LanguageClient, llama_bin):
     binary, gguf = llama_bin
     s = LlamaServer(binary, gguf, "--api-key", "lsp-key-42").start()
     try:
@@ -194,7 +179,7 @@ async def test_api_key_required_and_sent(client: LanguageClient, llama_bin):  # 
 
 
 @pytest.mark.asyncio
-async def test_missing_api_key_is_one_clear_message(client: LanguageClient, llama_bin):  # noqa: F811
+async def test_missing_api_key_is_one_clear_message(client: LanguageClient, llama_bin):
     binary, gguf = llama_bin
     s = LlamaServer(binary, gguf, "--api-key", "lsp-key-43").start()
     try:

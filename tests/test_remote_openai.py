@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_remote_llamacpp import PREFIX, SUFFIX, TARGET, LlamaServer, llama, llama_paths  # noqa: F401
+from helpers.llama import PREFIX, SUFFIX, TARGET, LlamaServer, llama_paths
 from tokenizers import Tokenizer
 
 from completer.client import EngineError, prompt_budget
@@ -16,12 +16,13 @@ from completer.remote.openai import OpenAI, fim_format_for
 
 
 @pytest.fixture
-def client(llama):  # noqa: F811
+def client(llama):
     c = OpenAI(llama.url + "/v1", fim_format="completer", timeout_ms=20000)
     c.warm_start()
     return c
 
 
+@pytest.mark.slow
 def test_model_format_and_budget(client):
     ctx = json.loads((TARGET / "config.json").read_text())["max_position_embeddings"]  # the server's n_ctx
     assert client.model.endswith(".gguf") and client.fmt == "completer" and client.ctx == ctx
@@ -31,7 +32,8 @@ def test_model_format_and_budget(client):
     assert client.prompt_budget(16) == prompt_budget(ctx, 16)
 
 
-def test_completes_streams_and_stops(client, llama):  # noqa: F811
+@pytest.mark.slow
+def test_completes_streams_and_stops(client, llama):
     deltas = []
     c = client.complete(PREFIX, SUFFIX, doc_key="o.py", max_new=300, on_text=deltas.append)
     assert c.text and "".join(deltas) == c.text and c.new_tokens == 300 and c.stop_reason == "length"
@@ -45,7 +47,8 @@ def test_completes_streams_and_stops(client, llama):  # noqa: F811
     assert client.warmup(PREFIX + "    ", SUFFIX, doc_key="o.py") > 50
 
 
-def test_wrong_model_and_format_are_clear(llama):  # noqa: F811
+@pytest.mark.slow
+def test_wrong_model_and_format_are_clear(llama):
     with pytest.raises(EngineError) as err:
         OpenAI(llama.url + "/v1", model="no-such-model", fim_format="completer").warm_start()
     assert err.value.code == "model" and "no-such-model" in err.value.message and ".gguf" in err.value.message
@@ -57,6 +60,7 @@ def test_wrong_model_and_format_are_clear(llama):  # noqa: F811
     assert err.value.code == "bad_request" and "qwen" in err.value.message
 
 
+@pytest.mark.slow
 def test_api_key_required_and_sent():
     binary, gguf = llama_paths()
     s = LlamaServer(binary, gguf, "--api-key", "k-789").start()

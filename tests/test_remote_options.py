@@ -1,25 +1,25 @@
-"""What the HTTP clients send, read from a recording fake server (test_remote_faults.Fake): the
+"""What the HTTP clients send, read from a recording fake server (helpers/fake_http.py): the
 sampling options (temperature, top_p, seed) from `connect` and, after `reconfigure`, the new
 values from the next request on (also timeouts, retries, length and type-through); repository
 context (`extra`) as llama-server's `input_extra` and in the OpenAI client's rendered prompt."""
 from __future__ import annotations
 
 import pytest
-from test_remote_faults import KEY, clients, fake  # noqa: F401 - the shared fake-server fixture
+from helpers.fake_http import KEY, clients
 
 from completer.client import Chunk, EngineError
 
 EXTRA = (Chunk("pkg/util.py", "def helper(x):\n    return x + 1\n"), Chunk("web/api.ts", "export function get(): number"))
 
 
-def test_sampling_options_reach_the_server(fake):  # noqa: F811 - the fixture imported above
+def test_sampling_options_reach_the_server(fake):
     for name, c in clients(fake, temperature=0.7, top_p=0.9, seed=5).items():
         c.complete("a = ", "\n", doc_key=f"{name}.py")
         body = fake.bodies[-1]
         assert (body["temperature"], body["top_p"], body["seed"]) == (0.7, 0.9, 5), name
 
 
-def test_reconfigure_applies_from_the_next_request(fake):  # noqa: F811 - the fixture imported above
+def test_reconfigure_applies_from_the_next_request(fake):
     for name, c in clients(fake).items():
         c.complete("a = ", "\n", doc_key="a.py")
         body = fake.bodies[-1]
@@ -40,7 +40,7 @@ def test_reconfigure_applies_from_the_next_request(fake):  # noqa: F811 - the fi
         assert err.value.code == "bad_request" and "top_p" in err.value.message
 
 
-def test_type_through_can_be_turned_off(fake):  # noqa: F811 - the fixture imported above
+def test_type_through_can_be_turned_off(fake):
     for name, c in clients(fake).items():
         first = c.complete("s = ", "\n", doc_key="t.py")  # "a + b"
         n = len(fake.bodies)
@@ -52,7 +52,7 @@ def test_type_through_can_be_turned_off(fake):  # noqa: F811 - the fixture impor
         assert len(fake.bodies) == n + 2, name
 
 
-def test_repository_context_goes_to_the_server(fake):  # noqa: F811 - the fixture imported above
+def test_repository_context_goes_to_the_server(fake):
     c = clients(fake)
     c["llamacpp"].complete("x = ", "\n", doc_key="x.py", extra=EXTRA)
     assert fake.bodies[-1]["input_extra"] == [{"filename": ch.path, "text": ch.text} for ch in EXTRA]
@@ -67,7 +67,7 @@ def test_repository_context_goes_to_the_server(fake):  # noqa: F811 - the fixtur
     assert KEY not in prompt
 
 
-def test_the_configured_options_reach_a_remote_engine_built_from_them(fake):  # noqa: F811 - the fixture imported above
+def test_the_configured_options_reach_a_remote_engine_built_from_them(fake):
     """pipeline.make_engine (the CLI's and the language server's way to build an engine) hands
     the configured options to the client."""
     from completer.pipeline import make_engine

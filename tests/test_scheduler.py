@@ -8,7 +8,7 @@ import time
 
 import pytest
 import torch
-from test_engine_cache import engine, random_pair, tok  # noqa: F401 - the fixture is used by name
+from helpers.engines import engine, random_pair
 
 from completer.client import EngineError
 from completer.engine.batch import StepBatcher
@@ -40,7 +40,7 @@ def in_thread(fn, *a, **kw) -> tuple[threading.Thread, dict]:
     return th, box
 
 
-def test_burst_for_one_document_leaves_the_newest(tok):  # noqa: F811
+def test_burst_for_one_document_leaves_the_newest(tok):
     e = engine(random_pair(tok), drafter="none", max_new_tokens=40)
     steps: list[int] = []
     burst: dict = {}
@@ -69,7 +69,7 @@ def test_burst_for_one_document_leaves_the_newest(tok):  # noqa: F811
     assert e.counters["superseded"] == 3
 
 
-def test_caller_cancel_stops_within_one_step(tok):  # noqa: F811
+def test_caller_cancel_stops_within_one_step(tok):
     e = engine(random_pair(tok), drafter="model", max_new_tokens=40)
     cancel = threading.Event()
     calls = []
@@ -83,7 +83,7 @@ def test_caller_cancel_stops_within_one_step(tok):  # noqa: F811
     assert st.stop_reason == "cancelled" and st.target_forwards == 1
 
 
-def test_warmup_yields_to_interactive_requests(tok):  # noqa: F811
+def test_warmup_yields_to_interactive_requests(tok):
     e = engine(random_pair(tok), warmup_chunk=16)
     log: list[str] = []
     real = e.sched.batcher.forward
@@ -112,7 +112,7 @@ def test_warmup_yields_to_interactive_requests(tok):  # noqa: F811
     assert e.sched.depth() == (0, 0)
 
 
-def test_a_request_for_the_warming_document_takes_over_after_one_chunk(tok):  # noqa: F811
+def test_a_request_for_the_warming_document_takes_over_after_one_chunk(tok):
     """A warmup holds the document's caches when a request for that document arrives on another
     thread: the warmup stops after the chunk it is computing, and the request reuses it."""
     pair = random_pair(tok)
@@ -137,7 +137,7 @@ def test_a_request_for_the_warming_document_takes_over_after_one_chunk(tok):  # 
     assert e.sched.depth() == (0, 0)
 
 
-def test_warmup_for_a_document_with_a_request_is_dropped(tok):  # noqa: F811
+def test_warmup_for_a_document_with_a_request_is_dropped(tok):
     e = engine(random_pair(tok), drafter="none", max_new_tokens=20)
     got = {}
 
@@ -162,7 +162,7 @@ def test_queue_limit_refuses_and_admission_resumes():
     assert box["out"].live and s.depth() == (0, 1)
 
 
-def test_memory_guard_queues_instead_of_exceeding(tok):  # noqa: F811
+def test_memory_guard_queues_instead_of_exceeding(tok):
     pair = random_pair(tok)
     e = engine(pair, drafter="none", max_new_tokens=6)
     e = engine(pair, drafter="none", max_new_tokens=6, kv_budget_mb=1.5 * e.cache_bytes / 2**20)
@@ -180,7 +180,7 @@ def test_memory_guard_queues_instead_of_exceeding(tok):  # noqa: F811
     assert list(e.caches) == ["b"] and e.counters["evictions"] == 1
 
 
-def test_concurrent_documents_batch_and_match_serial(tok):  # noqa: F811
+def test_concurrent_documents_batch_and_match_serial(tok):
     pair = random_pair(tok, seed=11)
     prompts = {f"doc{i}": PROMPT[i * 5:60 + i * 7] for i in range(3)}
     serial = engine(pair, max_new_tokens=12)
@@ -190,7 +190,7 @@ def test_concurrent_documents_batch_and_match_serial(tok):  # noqa: F811
     assert e.sched.batcher.batched_calls > 0
 
 
-def test_type_through_serves_the_rest(tok):  # noqa: F811
+def test_type_through_serves_the_rest(tok):
     e = engine(random_pair(tok, seed=2), type_through=True, max_new_tokens=16)
     prefix, suffix = "def mean(xs):\n    return ", "\n"
     first = e.complete(prefix, suffix, doc_key="t")
@@ -202,7 +202,7 @@ def test_type_through_serves_the_rest(tok):  # noqa: F811
     assert not c.extra["type_through"]
 
 
-def test_type_through_follows_a_generation_in_flight(tok):  # noqa: F811
+def test_type_through_follows_a_generation_in_flight(tok):
     e = engine(random_pair(tok, seed=2), type_through=True, max_new_tokens=16, drafter="none")
     prefix, suffix = "def mean(xs):\n    return ", "\n"
     cancel = threading.Event()
@@ -271,7 +271,7 @@ def run_together(e, prompts: dict[str, list[int]]) -> dict[str, list[int]]:
     return {d: box["out"][0] for d, (_, box) in runs.items()}
 
 
-def test_batched_verify_width_is_capped_and_output_unchanged(tok):  # noqa: F811
+def test_batched_verify_width_is_capped_and_output_unchanged(tok):
     pair = random_pair(tok, seed=11)
     # 5 tokens for 2 or 3 generations: a draft of 1 each (verify width 2)
     capped, ids = verify_widths_together(pair, step_tokens=5)

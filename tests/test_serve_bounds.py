@@ -18,7 +18,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from test_serve import _env, start_server
+from helpers.serve import serve_env, start_server
 from websockets.asyncio.client import connect
 
 from completer.serve.workers import Workers, pool_size
@@ -35,6 +35,7 @@ async def complete(url: str, i: int, doc: str | None = None) -> dict:
         return msgpack.unpackb(await ws.recv())
 
 
+@pytest.mark.slow
 def test_32_clients_queue_for_a_pool_sized_to_the_cores():
     p, addr = start_server("--max-new-tokens", "16")
     try:
@@ -60,6 +61,7 @@ def test_32_clients_queue_for_a_pool_sized_to_the_cores():
         assert p.wait(timeout=60) == 0
 
 
+@pytest.mark.slow
 async def test_a_queued_request_gives_way_to_a_newer_one_for_its_document():
     """One worker (`--max-batch 1`): while it generates for one client, a second client's request
     waits; its newer request for the same document takes its place (the older one is answered
@@ -82,6 +84,7 @@ async def test_a_queued_request_gives_way_to_a_newer_one_for_its_document():
         assert p.wait(timeout=60) == 0
 
 
+@pytest.mark.slow
 def test_a_signal_while_the_models_load_exits_cleanly():
     """It used to abort (exit 134, `terminate called without an active exception`) when the signal
     came while the load was in native code. The load takes 1-4 s after `listening` here, so the
@@ -90,7 +93,7 @@ def test_a_signal_while_the_models_load_exits_cleanly():
     for sig, after_s in [(signal.SIGTERM, 0.0), (signal.SIGTERM, 0.3), (signal.SIGTERM, 0.6), (signal.SIGTERM, 0.9),
                          (signal.SIGTERM, 1.2), (signal.SIGTERM, 2.0), (signal.SIGINT, 0.3), (signal.SIGINT, 0.9)]:
         p = subprocess.Popen([sys.executable, "-m", "completer.cli", "serve", "--port", "0"],
-                             stderr=subprocess.PIPE, text=True, env=_env())
+                             stderr=subprocess.PIPE, text=True, env=serve_env())
         for line in p.stderr:
             if "listening on" in line:
                 break
@@ -129,6 +132,7 @@ async def test_a_newer_request_waiting_for_a_worker_supersedes_the_running_one()
     w.shutdown()
 
 
+@pytest.mark.slow
 async def test_a_signal_mid_stream_ends_each_answer_with_an_error():
     """An SSE stream ends with an error event (not a cut chunked body); a WebSocket request gets
     an error frame, then the connection closes with 1001 (going away)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from test_pipeline import Scripted
+from helpers.scripted import Scripted
 
 from completer.client import Completion
 from completer.pipeline import CompletionOptions, complete_at
@@ -139,10 +139,10 @@ def holes(n: int) -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def shipped_serve():
-    from test_serve import _env
+    from helpers.serve import serve_env
 
     p = subprocess.Popen([sys.executable, "-m", "completer.cli", "serve", "--port", "0", "--max-new-tokens", "48"],
-                         stderr=subprocess.PIPE, text=True, env=_env())
+                         stderr=subprocess.PIPE, text=True, env=serve_env())
     port = None
     for line in p.stderr:
         m = re.search(r"listening on ws://[^:]+:(\d+)/ws", line)
@@ -155,6 +155,7 @@ def shipped_serve():
     p.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_the_service_streams_only_what_its_done_frame_keeps(shipped_serve):
     from websockets.asyncio.client import connect
 

@@ -18,42 +18,20 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.fuzz import PROBE, URI, frame, junk
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-URI, BIG, PROBE = "file:///fz.py", "file:///big.py", "file:///probe.py"
+BIG = "file:///big.py"
 FRAMES, EVERY = 10_000, 500
 METHODS = ["initialize", "initialized", "textDocument/didOpen", "textDocument/didChange", "textDocument/didClose",
            "textDocument/inlineCompletion", "completer/stats", "completer/feedback", "completer/documentInfo",
            "$/cancelRequest", "workspace/didChangeConfiguration", "textDocument/completion", "workspace/unknown", ""]
-KEYS = ["textDocument", "position", "uri", "text", "version", "contentChanges", "range", "id", "accepted",
-        "languageId", "start", "end", "context", "capabilities", "settings", "line", "character"]
-
-
-def frame(body: bytes, length: int | None = None) -> bytes:
-    return b"Content-Length: %d\r\n\r\n" % (len(body) if length is None else length) + body
 
 
 def rpc(**kw) -> bytes:
     return json.dumps({"jsonrpc": "2.0", **kw}).encode()
-
-
-def junk(rng: random.Random, depth: int = 0):
-    kind = rng.randrange(9 if depth < 3 else 6)
-    if kind == 0:
-        return None
-    if kind == 1:
-        return rng.choice([True, False])
-    if kind == 2:
-        return rng.choice([0, -1, 2**31, 2**63, -(2**40), 1.5, 1e308, float(rng.randrange(10**6))])
-    if kind == 3:
-        return "".join(rng.choice("ab\n\r\x00é😀{}\"\\\ud800") for _ in range(rng.randrange(12)))
-    if kind == 4:
-        return rng.choice([URI, PROBE + "x", "file:///nope", "", "python", "Content-Length: 5"])
-    if kind == 5:
-        return {"line": rng.choice([0, 1, -1, 10**9]), "character": rng.choice([0, 3, -5, 10**9])}
-    if kind == 6:
-        return [junk(rng, depth + 1) for _ in range(rng.randrange(4))]
-    return {rng.choice(KEYS): junk(rng, depth + 1) for _ in range(rng.randrange(5))}
 
 
 def bodies(rng: random.Random, i: int) -> list[bytes]:

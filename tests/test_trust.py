@@ -23,6 +23,8 @@ import pytest
 
 from completer import config
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 USER_KEY = "user-secret-key-123"  # the user's env key: must never reach the attacker
 SOURCE = "import os\n\n\ndef add(a, b):\n    return a + b\n\n\ndef main():\n    x = add(1, 2)\n"

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
-import sys
 from pathlib import Path
 
 import pytest
-import pytest_lsp
 from lsprotocol import types as t
-from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+from pytest_lsp import LanguageClient, client_capabilities
 
 from completer.wellformed import well_formed
 
@@ -35,19 +32,11 @@ def test_lone_surrogates_become_one_replacement_each(text, want):
     assert len(got.encode("utf-16-le", "surrogatepass")) == len(text.encode("utf-16-le", "surrogatepass"))
 
 
-SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "lsp.server"],
-                            server_env={"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "XDG_CONFIG_HOME": os.environ["XDG_CONFIG_HOME"],
-                                        "PYTHONPATH": str(ROOT)})
 URI = "file:///tmp/cut.py"
 SOURCE = 'import os\n\n\ndef add(a, b):\n    s = "\ud83d"\n    return a + b\n\n\ndef main():\n    x = add(1, 2)\n'
 
 
-@pytest_lsp.fixture(config=SERVER)
-async def client(lsp_client: LanguageClient):
-    yield
-    await lsp_client.shutdown_session()
-
-
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_a_document_with_a_lone_surrogate_still_completes(client: LanguageClient, tiny_pair):
     target, draft = tiny_pair

