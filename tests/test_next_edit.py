@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.edits import applied
 
 from completer.client import Chunk, Completion
 from completer.documents import Document, PositionError
@@ -409,8 +410,7 @@ def test_cli_json_contract(tmp_path):
     assert {"edits", "new_tokens", "target_forwards", "accepted_per_forward", "total_ms", "speculative"} <= set(out)
     assert out["speculative"] is True and out["new_tokens"] > 0
     assert (out["edits"] == []) == ("reason" in out)
-    edits = [TextEdit(**e) for e in out["edits"]]
-    assert isinstance(apply_edits(CURRENT, edits), str)
+    applied(CURRENT, [TextEdit(**e) for e in out["edits"]])  # within the file, in order, each a change
     r = _run(str(new), "--line", "9", "--col", "21", "--before", str(new), "--json", "--no-speculative")
     assert r.returncode == 0 and json.loads(r.stdout)["reason"] == "no_history"
 
