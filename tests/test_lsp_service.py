@@ -1,11 +1,13 @@
 """lsp/service.py, what the language server does behind its handlers: cancellation and
 supersession, requests that wait while the engine loads, options applied live or by a reload,
 engine faults and failed loads said once, the stats of a dropped completion, and warmups on syntax
-triggers (one never holds a completion back). End to end through the real `completer-lsp`
-(pytest-lsp)."""
+triggers. End to end through the real `completer-lsp` (pytest-lsp), except where an order must be
+driven rather than raced: a completion during a warmup runs the Service and its Engine in-process,
+the test holding each side at the point it names."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import re
 import subprocess
@@ -17,10 +19,14 @@ from pathlib import Path
 
 import pytest
 from helpers.embedded import degenerate_place
-from helpers.lsp import inline, open_doc, server_stats, start, tiny_options, type_text
+from helpers.lsp import SOURCE, URI, inline, open_doc, server_stats, start, tiny_options, type_text
 from lsprotocol import types as t
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient, client_capabilities
+
+from completer.engine.scheduler import INTERACTIVE
+from lsp.options import parse_options
+from lsp.service import Edit, Service
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG = "".join(f"def f{i}(a, b):\n    return a * {i} + b\n\n\n" for i in range(60))
@@ -194,35 +200,70 @@ async def test_failed_load_is_said_once_and_completions_stay_off(client: Languag
     assert len(errors) == 1 and "completions are off" in errors[0]
 
 
-@pytest.mark.slow
-@pytest.mark.asyncio
-async def test_a_completion_during_a_warmup_does_not_wait_for_it(client: LanguageClient, tiny_pair):
-    # one-token warmup chunks: a warmup of a long document takes hundreds of steps, and the
-    # engine's scheduler pauses it between two of them for a completion on another thread. The
-    # native step runs the tiny pair's steps in ~0.1 ms, so a warmup can end before the request
-    # reaches the engine: then another document's warmup is tried (each one's prompt is new).
-    await start(client, tiny_options(tiny_pair, warmup_chunk=1))
-    open_doc(client)
-    line = LONG.count("\n")
-    for attempt in range(5):
-        uri = f"file:///tmp/long{attempt}.py"
-        open_doc(client, LONG.replace("return a *", f"return a + {attempt} *"), uri)
-        type_text(client, line, 0, "x = ", 2, uri)  # an `assign` trigger: a warmup starts
-        for _ in range(2000):  # until it holds the engine (stats runs on the completions' thread)
-            stats = await client.protocol.send_request_async("completer/stats", {})
-            if stats.engine_stats.queue_live == 1 or getattr(stats, "warmups", 0) > attempt:
-                break
-        got = await client.text_document_inline_completion_async(inline(8, 11))
-        assert isinstance(got, t.InlineCompletionList)
+async def test_a_completion_during_a_warmup_does_not_wait_for_it(tiny_pair):
+    """A warmup on a syntax trigger runs on a thread of its own and gives way between two chunks:
+    a completion for another document is answered while the warmup is unfinished. The order is
+    driven through the engine's scheduler, not raced (the tiny pair's steps take ~0.1 ms): the
+    warmup, having computed its first chunk, is held until the completion's ticket is live beside
+    it; the completion is held until the warmup has given way (paused); the rest of the warmup is
+    held until the completion is answered. Were the completion queued behind the warmup, or the
+    warmup not to give way, a hold would run out and the test fail."""
+    service = Service(parse_options(tiny_options(tiny_pair, warmup_chunk=1))[0])
+    assert await service.load() == "ready"
+    sched = service.engine.sched
+    holding, live, gave_way, answered = (threading.Event() for _ in range(4))
+    ran_out: list[str] = []
+    checks = itertools.count(1)
+    acquire, should_yield, pause = sched.acquire, sched.should_yield, sched.pause
+
+    def hold(event: threading.Event, until: str) -> None:
+        if not event.wait(30):
+            ran_out.append(until)
+
+    def acquire_held(doc, priority=INTERACTIVE):
+        ticket = acquire(doc, priority)
+        if priority == INTERACTIVE:  # the completion, live next to the warmup
+            live.set()
+            hold(gave_way, "the warmup gives way")
+        return ticket
+
+    def should_yield_held():  # the warmup asks before each chunk
+        n = next(checks)
+        if n == 2:  # its first chunk is computed: it holds the engine
+            holding.set()
+            hold(live, "the completion is live")
+        elif n > 2:  # given way and admitted again
+            hold(answered, "the completion is answered")
+        return should_yield()
+
+    def pause_seen(ticket):
+        gave_way.set()
+        return pause(ticket)
+
+    sched.acquire, sched.should_yield, sched.pause = acquire_held, should_yield_held, pause_seen
+    uri, line = "file:///tmp/long.py", LONG.count("\n")
+    try:
+        service.open(URI, SOURCE, "python", 1)
+        service.open(uri, LONG, "python", 1)
+        service.change(uri, 2, [Edit(((line, 0), (line, 0)), "x = ")])  # an `assign` trigger: a warmup
+        assert await asyncio.to_thread(holding.wait, 30), "the trigger started no warmup"
+        await asyncio.wait_for(service.complete(URI, 8, 11), 60)
+        unfinished = service.counters["warmups"] == 0
+        answered.set()
         for _ in range(600):
-            stats = await client.protocol.send_request_async("completer/stats", {})
-            if getattr(stats, "warmups", 0) == attempt + 1:
+            if service.counters["warmups"] == 1:
                 break
             await asyncio.sleep(0.05)
-        assert stats.warmups == attempt + 1 and stats.warmup_tokens > 100
-        if stats.engine_stats.warmup_preempted >= 1:  # the completion went first, between two chunks
-            return
-    pytest.fail("in 5 warmups the completion never arrived while one held the engine")
+        stats = await service.stats()
+    finally:
+        for event in (live, gave_way, answered):  # a failed run leaves no hook waiting
+            event.set()
+        service.shutdown()
+    assert not ran_out, f"held until it ran out: {ran_out}"
+    assert unfinished, "the completion was answered only after the warmup ended"
+    assert stats.get("shown", 0) + stats.get("empty", 0) == 1 and "superseded" not in stats  # answered
+    assert stats["warmups"] == 1 and stats["warmup_tokens"] > 100
+    assert stats["engine_stats"]["warmup_preempted"] == 1  # it gave way once, between two chunks
 
 
 @pytest.mark.slow
