@@ -26,13 +26,15 @@ from pygls.uris import to_fs_path
 from completer import config, doctor, errors
 from completer.client import Chunk, EngineClient, EngineError, accepted_count
 from completer.config import needs_reload
-from completer.documents import Documents, PositionError, offset_at, parser_count
+from completer.documents import Document, Documents, PositionError, offset_at, parser_count
 from completer.edits import EditHistory, change_from_lsp
-from completer.edits.diff import lsp_edits
+from completer.edits.diff import lsp_edits, lsp_range
+from completer.edits.follow import Answer, Follower, digest
 from completer.edits.predict import from_events, predict
 from completer.pipeline import complete_at, make_engine, prompt_for, warmup_at
 from completer.syntax import detect_triggers
 from completer.workspace import WorkspaceIndex
+from completer.workspace.files import read_source
 
 from .options import SCOPES, ServerOptions
 
@@ -119,6 +121,7 @@ class Service:
         self.pending_edits: dict[str, Request] = {}  # uri → its live next-edit request
         self.next_edit_ids: OrderedDict[str, bool] = OrderedDict()  # suggestions shown, awaiting feedback
         self.next_edit_ms: deque[float] = deque(maxlen=1000)
+        self.follower = Follower()  # a change at a definition followed through the workspace (issue 39)
         self.root: str | None = None               # the session's workspace folder
         self.index: WorkspaceIndex | None = None   # its index, from `initialized` on
         self.index_progress: IndexProgress | None = None
@@ -490,8 +493,10 @@ class Service:
         """completer/nextEdit: `{id, version, edits: [{range, newText}], reason?}` for the document
         as it is now (`version`), edits in its position encoding; [] with the reason when there is
         none (disabled, not open, no engine, dropped by a rule of completer/edits/predict, stale:
-        the document changed while it was computed). A newer request for the document stops an
-        older one. PositionError for a position outside the document."""
+        the document changed while it was computed). A change at a definition is followed first
+        (completer/edits/follow.py, no engine needed): then `jump: {uri, range, version?, edits}`
+        names the next place past the region, and `left` how many remain. A newer request for
+        the document stops an older one. PositionError for a position outside the document."""
         t0 = time.perf_counter()
         self.counters["next_edit_requests"] += 1
         doc = self.docs.get(uri)
@@ -510,6 +515,11 @@ class Service:
         history = from_events(self.edits.recent(), self._edit_path)
         opts = self.options
         try:
+            if opts.next_edit_rename:  # a change at a definition: followed past the region, no model needed
+                followed = await asyncio.get_running_loop().run_in_executor(
+                    self.side, self._follow, req, uri, snap, line, col, history, self._reader())
+                if followed is not None:
+                    return self._followed(uri, version, snap.text, followed, t0)
             if self.engine_state in ("loading", "not loaded"):
                 await asyncio.wait((req.stopped, self._load_future()), timeout=opts.ready_wait_ms / 1000,
                                    return_when=asyncio.FIRST_COMPLETED)
@@ -560,6 +570,67 @@ class Service:
             self.counters[f"next_edit_by_{got.source}"] += 1
         return {"id": sid, "version": version, "edits": lsp_edits(now, got.edits), "source": got.source}
 
+    def _follow(self, req: Request, uri: str, snap, line: int, col: int, history, read) -> Answer | None:
+        """completer/edits/follow.py's answer (on the side thread); `read`: _reader's, taken on the loop."""
+        if req.cancel.is_set():
+            return None
+        opts, index = self.options, self.index
+        return self.follower.answer(
+            snap.text, self._edit_path(uri), line, col, history, language=snap.language, read=read,
+            importers=index.importers if index is not None else None, above=opts.next_edit_lines_above,
+            below=opts.next_edit_lines_below, max_lines=opts.next_edit_max_lines, tree=snap.tree)
+
+    def _reader(self):
+        """path (as _edit_path names it) → the text now: an open document's (read on the loop's
+        thread: its texts are taken here), else the file's on disk (within the workspace)."""
+        opened = {self._edit_path(u): self.docs.get(u).text for u in self.docs.uris()}
+        root, limit = self.root, MAX_DOCUMENT_CHARS
+
+        def read(path: str) -> str | None:
+            if path in opened:
+                return opened[path]
+            return read_source(Path(root), path, limit) if root is not None else None
+        return read
+
+    def _target(self, path: str) -> tuple[str, Document | None]:
+        """The URI of a workspace path and its open document, if it is open."""
+        for u in self.docs.uris():
+            if self._edit_path(u) == path:
+                return u, self.docs.get(u)
+        return (Path(self.root, path).as_uri() if self.root is not None else path), None
+
+    def _followed(self, uri: str, version: int, text: str, got: Answer, t0: float) -> dict:
+        """The answer as `{id, version, edits, source, jump?, left}`; a jump's target is read again
+        and compared with what it was computed on (never an edit for an older text: `stale`)."""
+        self._served()
+        self.next_edit_ms.append((time.perf_counter() - t0) * 1e3)
+        now = self.docs.get(uri)
+        if now is None or now.version != version or now.text != text:
+            return self._no_edit(version, "stale")
+        jump = None
+        if got.jump is not None:
+            target, doc = self._target(got.jump.path)
+            current = doc.text if doc is not None else self._reader()(got.jump.path)
+            if current is None or digest(current) != got.jump.digest:
+                if not got.edits:
+                    return self._no_edit(version, "stale")
+            else:
+                doc = doc or Document(target, current, None, encoding=now.encoding)
+                jump = {"uri": target, "range": lsp_range(doc, got.jump), "edits": lsp_edits(doc, got.jump.edits)}
+                if self.docs.get(target) is not None:
+                    jump["version"] = doc.version
+        self.counters["next_edit_shown"] += 1
+        self.counters[f"next_edit_by_{got.source}"] += 1
+        sid = uuid.uuid4().hex
+        self.next_edit_ids[sid] = jump is not None
+        while len(self.next_edit_ids) > 256:
+            self.next_edit_ids.popitem(last=False)
+        out = {"id": sid, "version": version, "edits": lsp_edits(now, got.edits), "source": got.source,
+               "left": got.left}
+        if jump is not None:
+            out["jump"] = jump
+        return out
+
     def _edit_chunks(self, engine: EngineClient, uri: str, snap, line: int) -> list[Chunk]:
         """Other files' snippets for a next-edit format that shows them (Sweep's; `auto` may
         pick it), within the cross-file share of the prompt budget; none without an index. They
@@ -592,8 +663,11 @@ class Service:
     def next_edit_feedback(self, sid: str, accepted: bool) -> bool:
         """The user accepted or dismissed the suggestion `sid` (each counted once); False for an
         id this session did not show."""
-        if self.next_edit_ids.pop(sid, None) is None:
+        jump = self.next_edit_ids.pop(sid, None)
+        if jump is None:
             return False
+        if jump and not accepted:  # a jump dismissed: the change is no longer followed
+            self.follower.drop()
         self.counters["next_edit_accepted" if accepted else "next_edit_rejected"] += 1
         return True
 

@@ -117,6 +117,14 @@ def apply_edits(text: str, edits: Sequence[TextEdit]) -> str:
     return text
 
 
+def lsp_range(doc: Document, place) -> dict:
+    """A place's (line, col, end_line, end_col: characters) LSP range in the document's encoding."""
+    def position(line: int, col: int) -> dict:
+        ln, ch = doc.position_at(offset_at(doc.text, line, col, starts=doc.lines))
+        return {"line": ln, "character": ch}
+    return {"start": position(place.line, place.col), "end": position(place.end_line, place.end_col)}
+
+
 def lsp_edits(doc: Document, edits: Sequence[TextEdit]) -> list[dict]:
     """The edits as LSP TextEdits (`{range: {start, end}, newText}`) in the document's position
     encoding; `doc` holds the text the edits were computed on."""

@@ -68,20 +68,28 @@ def renamed(old: str, new: str) -> tuple[str, str] | None:
     return x, y
 
 
+def last_rename(history: Sequence[HistoryItem], path: str) -> tuple[str, str] | None:
+    """(X, Y) when the last history item, an edit of `path`, renamed X to Y (typed in one burst
+    or two: X -> "co", then "co" -> "count"), else None."""
+    if not history or history[-1].path != path:
+        return None
+    old, new = history[-1].old, history[-1].new
+    for h in reversed(history[:-1]):
+        if h.path != path or h.new != old:
+            break
+        old = h.old
+    return renamed(old, new)
+
+
 def propagate(text: str, a: int, b: int, cursor: int, history: Sequence[HistoryItem], path: str,
               language: str | None, tree=None) -> tuple[str, Rename] | None:
     """text[a:b] (the editable region) with the last history item's rename carried to its other
     places, and what was done; None when the last edit is not a rename of a name, the language
     has no `names.scm`, or the region holds no other place. `tree`: the text's parse, when the
     caller has one (else the text around the cursor is parsed: ~40 ms for 100 KB)."""
-    if not history or language is None or history[-1].path != path:
+    if language is None:
         return None
-    old, new = history[-1].old, history[-1].new
-    for h in reversed(history[:-1]):  # a rename typed in two bursts: X -> "co", then "co" -> "count"
-        if h.path != path or h.new != old:
-            break
-        old = h.old
-    got = renamed(old, new)
+    got = last_rename(history, path)
     if got is None:
         return None
     x, y = got
@@ -93,7 +101,7 @@ def propagate(text: str, a: int, b: int, cursor: int, history: Sequence[HistoryI
     caps = captures(snap, "names", min(lo, max(0, byte_cursor - len(y.encode()))), max(hi, byte_cursor + 1))
     if not caps:
         return None
-    role_of = _roles(caps)
+    role_of = roles(caps)
     src = snap.source
     named = [(k, r) for k, (r, _) in role_of.items() if src[k[0]:k[1]].decode("utf-8", "replace") in (x, y)]
     ys = [k for k, r in named if src[k[0]:k[1]] == y.encode() and r != "label"]
@@ -101,7 +109,7 @@ def propagate(text: str, a: int, b: int, cursor: int, history: Sequence[HistoryI
         return None
     site = min(ys, key=lambda k: (abs(k[1] - byte_cursor), k[0]))  # the renamed place: the Y nearest the cursor
     role, node = role_of[site]
-    receiver, called = _receiver(node, src), _called(node)
+    recv, called = receiver(node, src), _called(node)
     scope = _scope(caps.get("scope.function" if role == "name" else "scope.class", ()), site)
     inside = (lambda k: scope[0] <= k[0] and k[1] <= scope[1]) if scope else (lambda k: True)
     word = re.compile(rf"(?<!\w){re.escape(y)}(?!\w)")
@@ -109,18 +117,18 @@ def propagate(text: str, a: int, b: int, cursor: int, history: Sequence[HistoryI
     # Y in the scope with the renamed place's role (a class named Lines does not stop a member
     # renamed to `Lines`)
     where = scope or (0, len(src))
-    roles = _roles(captures(snap, "names", *where)) if (lo, hi) != where else role_of
-    seen = sum(1 for k, (r, _) in roles.items() if r == role and where[0] <= k[0] and k[1] <= where[1]
+    in_scope = roles(captures(snap, "names", *where)) if (lo, hi) != where else role_of
+    seen = sum(1 for k, (r, _) in in_scope.items() if r == role and where[0] <= k[0] and k[1] <= where[1]
                and src[k[0]:k[1]] == y.encode())
     if seen > max(introduced, 1):
         return None  # Y was there before: not a new name
     sites = sorted(k for k, r in named if r == role and inside(k) and src[k[0]:k[1]] == x.encode()
-                   and lo <= k[0] and k[1] <= hi and (role != "member" or _receiver(role_of[k][1], src) == receiver
+                   and lo <= k[0] and k[1] <= hi and (role != "member" or receiver(role_of[k][1], src) == recv
                                                       or called and _called(role_of[k][1])))
     fn = _function_of_parameter(caps.get("scope.function", ()), site, src) if role == "name" else None
     if fn:  # a parameter renamed: the keyword arguments that name it at its function's calls
         sites = sorted(sites + [k for k, (r, n) in role_of.items() if r == "label" and src[k[0]:k[1]] == x.encode()
-                                and lo <= k[0] and k[1] <= hi and _callee(n, src) == fn])
+                                and lo <= k[0] and k[1] <= hi and callee(n, src) == fn])
     if not sites:
         return None
     out, last = [], lo
@@ -133,7 +141,7 @@ def propagate(text: str, a: int, b: int, cursor: int, history: Sequence[HistoryI
     return head + b"".join(out).decode("utf-8") + text[start + len(snap.text):b], Rename(x, y, role, len(sites))
 
 
-def _roles(caps: dict) -> dict[tuple[int, int], tuple[str, Node]]:
+def roles(caps: dict) -> dict[tuple[int, int], tuple[str, Node]]:
     """Each captured name's byte range: its role (a node captured twice: the first of ROLES) and node."""
     out: dict[tuple[int, int], tuple[str, Node]] = {}
     for role in reversed(ROLES):  # later writes win: label over member over name
@@ -142,7 +150,7 @@ def _roles(caps: dict) -> dict[tuple[int, int], tuple[str, Node]]:
     return out
 
 
-def _receiver(node: Node, src: bytes) -> bytes | None:
+def receiver(node: Node, src: bytes) -> bytes | None:
     """The text before the dot of a member (`self` in `self.x`, `a.b` in `a.b.x`): a member is
     renamed only where its receiver is written the same (`self.name` renamed leaves
     `request.name`, another object's, alone) or, a method renamed at a call, at the other calls
@@ -171,7 +179,7 @@ def _function_of_parameter(nodes, site: tuple[int, int], src: bytes) -> bytes | 
     return None
 
 
-def _callee(label: Node, src: bytes) -> bytes | None:
+def callee(label: Node, src: bytes) -> bytes | None:
     """The called name (`f` in `f(x=1)` and `a.f(x=1)`) of the call a keyword argument's name is in."""
     call = label
     for _ in range(3):  # name -> keyword argument -> argument list -> call

@@ -32,6 +32,7 @@ from ..config import WorkspaceOptions
 from ..documents import MAX_PARSE_BYTES, Snapshot, encode, is_binary, language_for, parse_from, shared_ends
 from .files import Walk, nameable, read_bytes, read_source, resolve
 from .outline import Outline, outline
+from .refs import Use, importers
 from .resolve import Resolver, python_module_name
 from .retrieve import Snippet, View, retrieve
 from .similar import Windows, windows
@@ -163,6 +164,19 @@ class WorkspaceIndex:
             view = View(self._outlines, Resolver(self._outlines, self._dirs, self._py, self.root, self.go_module),
                         self._names, self._recent_windows(rel), self._renders)
             return retrieve(view, rel, text, offset, budget, self._count, self.options.cross_file_max_files)
+
+    def importers(self, path: str | Path, name: str, text: str | None = None) -> list[Use]:
+        """The files that use `path`'s top-level definition `name` (refs.importers), resolved
+        against `text` for `path` when given (the file before a rename: importers still name
+        the old name) instead of what is indexed."""
+        rel = self.rel(path)
+        if rel is None:
+            return []
+        mine = outline(rel, _parse(text, language_for(None, rel))) if text is not None else None
+        with self._lock:
+            outlines = self._outlines if mine is None else {**self._outlines, rel: mine}
+            resolver = Resolver(outlines, self._dirs, self._py, self.root, self.go_module)
+            return importers(resolver, outlines, rel, name)
 
     def _count(self, text: str) -> int:
         """Token counts memoised: the same signatures and windows come back keystroke after keystroke."""

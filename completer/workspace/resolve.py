@@ -79,6 +79,11 @@ class Resolver:
                 break
         return [t for t in cur if not isinstance(t, Module) and t[0] != o.path][:MAX_TARGETS]
 
+    def binds(self, o: Outline, imp) -> list[Target | Module]:
+        """What import `imp` of `o` binds: definitions, or a module (`import m`, a submodule)."""
+        self._name_end = min(self.lookups + MAX_NAME_LOOKUPS, MAX_LOOKUPS)
+        return self._import(o, imp, 0)
+
     # -- modules ----------------------------------------------------------------------------------------
     def _import(self, o: Outline, imp, depth: int) -> list[Target | Module]:
         mod = self.module(o, imp.source)

@@ -1,0 +1,622 @@
+"""Next edits past the editable region (issue 39): a definition renamed, or its parameters changed,
+is followed to its uses further down the file and in the workspace files that import it, from the
+syntax tree and the workspace index — no model. The answer is the edits inside the region (shown
+in place, as before) and a **jump**: the next place outside it, in this file or another, open or
+closed, with the edit that place needs.
+
+What is followed (the language's `defines.scm`: `@def.function`, `@def.class`, `@def.variable`
+at top level, `@def.method`, `@def.parameter`):
+
+- a rename X → Y at a definition: every name X that resolves to it — in this file (not where a
+  function rebinds X: a parameter or an assignment), in files that import it under X (`from m
+  import X`, a star import, Go's same-package files: each bare X; `from m import X as b`: the
+  import only), as `m.X` where `m` is a module that holds it (`import pkg.m as m`, re-exports
+  through a package's `__init__`), as resolved by completer/workspace (refs.py). A method: its
+  uses through `self`, `cls` and its class, in its file (no types: another file's `obj.X` is
+  not known to be it). A parameter: its uses in the function and the keyword arguments that
+  name it at the function's calls, here and in importers. Strings, comments and namesakes with
+  another binding are not names of it.
+- a Python function's parameters removed, renamed or reordered at its `def`: each call (here and
+  in importers) has its arguments moved to match, positional and keyword; a parameter added
+  without a default: a jump to each call, with no edit (no guess at the value). Calls with
+  `*args`/`**kwargs` are left as they are.
+
+State: one Plan (the latest change followed). Places are found again from each file's current
+text at every request (a place the user edited, a file changed on disk, the editor's unsaved
+text: what is offered is always for the text as it is), so a stale place is never offered; a
+signature plan remembers the calls it rewrote (a reordered call reads like one still to
+reorder). A plan ends when nothing is left, when the user dismisses a jump, or when a new
+change replaces it. Torch-free."""
+from __future__ import annotations
+
+import bisect
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from tree_sitter import Node
+
+from ..documents import Snapshot, language_for, line_starts, parse_snapshot
+from ..syntax.lang import captures, query
+from .diff import TextEdit, apply_edits
+from .formats import HistoryItem
+from .region import RegionError, editable_region
+from .rename import callee, last_rename, receiver, roles
+
+Read = Callable[[str], "str | None"]  # a workspace path → its text now (the editor's, else the disk's)
+Importers = Callable[[str, str, str], list]  # (path, name, text before) → completer.workspace.refs.Use list
+NEAR_BYTES = 200  # the renamed definition is this close to the cursor (the user just typed its name)
+MAX_FILES = 200  # importing files a plan follows (a name imported by every file of a monorepo)
+SCOPES = ("function_definition", "lambda", "function_declaration", "function_expression", "arrow_function",
+          "method_definition", "method_declaration", "func_literal", "function_item", "closure_expression")
+BINDERS = {"assignment": "left", "variable_declarator": "name", "short_var_declaration": "left",
+           "let_declaration": "pattern"}  # a function that binds X itself shadows it
+IMPORTS = ("import_from_statement", "import_statement", "export_statement", "use_declaration", "import_declaration")
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: bool
+    kind: str  # positional | keyword (after `*`) | args (`*args`) | kwargs (`**kw`)
+
+
+@dataclass(frozen=True)
+class Change:
+    """What the user changed at a definition."""
+    kind: str       # "rename" | "signature"
+    language: str
+    origin: str     # the definition's file
+    role: str       # function | class | variable | method | parameter
+    old: str        # rename: X; signature: the function's name
+    new: str        # rename: Y; signature: the function's name
+    owner: str = ""  # a method's class, a parameter's function
+    before: tuple[Param, ...] = ()
+    after: tuple[Param, ...] = ()
+    uses: tuple = ()  # completer.workspace.refs.Use: the importing files
+
+
+@dataclass(frozen=True)
+class Place:
+    """One place to edit: the sites on one line (a rename), or one call. `edits` empty: a place
+    to go to with nothing to apply (a call that needs an argument the user must write)."""
+    path: str
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+    edits: tuple[TextEdit, ...]
+    digest: str  # sha256 of the file's text the place was computed on
+
+
+@dataclass
+class Answer:
+    edits: list[TextEdit]   # in the current file, inside its editable region
+    jump: Place | None      # the next place outside it
+    source: str             # "rename" | "signature"
+    left: int               # places still to go, the jump's included
+    total_ms: float = 0.0
+    all: list[Place] = field(default_factory=list)  # every place left (an editor's multi-location edit)
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+# -- detecting a change --------------------------------------------------------------------------
+def detect(text: str, path: str, cursor: int, history: Sequence[HistoryItem], language: str | None,
+           importers: Importers | None = None) -> Change | None:
+    """The change the user's last edit made at a definition near `cursor` (char offset), or None."""
+    lang = language_for(language, path)
+    if lang is None or query(lang, "defines") is None:
+        return None
+    got = last_rename(history, path)
+    if got is not None and (found := _renamed_definition(text, path, cursor, lang, *got, importers)):
+        return found
+    if lang == "python" and history and history[-1].path == path:
+        return _signature(text, path, cursor, history[-1], importers)
+    return None
+
+
+def _renamed_definition(text: str, path: str, cursor: int, lang: str, x: str, y: str,
+                        importers: Importers | None) -> Change | None:
+    snap = parse_snapshot(text, lang)
+    if snap.tree is None:
+        return None
+    byte = snap.byte_at(cursor)
+    defs = captures(snap, "defines", 0, len(snap.source))
+    yb = y.encode()
+    near = [(abs(n.end_byte - byte), cap.removeprefix("def."), n) for cap, nodes in defs.items() for n in nodes
+            if snap.source[n.start_byte:n.end_byte] == yb and abs(n.end_byte - byte) <= NEAR_BYTES]
+    if not near:
+        return None
+    _, role, node = min(near, key=lambda t: (t[0], t[2].start_byte))
+    owner = ""
+    if role in ("method", "parameter"):
+        fn = _enclosing(node, ("class_definition", "class_declaration", "impl_item") if role == "method" else SCOPES)
+        name = None if fn is None else (fn.child_by_field_name("name") or fn.child_by_field_name("type"))
+        if name is None:
+            return None
+        owner = _text(snap, name)
+    a, b = snap.char_at(node.start_byte), snap.char_at(node.end_byte)
+    before = text[:a] + x + text[b:]
+    uses: tuple = ()
+    if importers is not None and role in ("function", "class", "variable"):
+        uses = tuple(importers(path, x, before))[:MAX_FILES]
+    elif importers is not None and role == "parameter" and owner:
+        uses = tuple(importers(path, owner, text))[:MAX_FILES]
+    return Change("rename", lang, path, role, x, y, owner, uses=uses)
+
+
+def _signature(text: str, path: str, cursor: int, last: HistoryItem, importers: Importers | None) -> Change | None:
+    """A Python function's parameter list changed by the last edit (its lines undone give the text before)."""
+    at = _undo_at(text, last, cursor)
+    if at is None:
+        return None
+    before_text = text[:at] + last.old + text[at + len(last.new):]
+    now, was = parse_snapshot(text, "python"), parse_snapshot(before_text, "python")
+    if now.tree is None or was.tree is None:
+        return None
+    fn = _enclosing(now.tree.root_node.descendant_for_byte_range(now.byte_at(cursor), now.byte_at(cursor)),
+                    ("function_definition",))
+    if fn is None or fn.child_by_field_name("body") is None:
+        return None
+    body = fn.child_by_field_name("body")
+    if now.char_at(body.start_byte) <= cursor:  # an edit inside the body, not the header
+        return None
+    name = _text(now, fn.child_by_field_name("name"))
+    old_fn = _enclosing(was.tree.root_node.descendant_for_byte_range(was.byte_at(min(cursor, len(was.text))),
+                                                                     was.byte_at(min(cursor, len(was.text)))),
+                        ("function_definition",))
+    if old_fn is None or _text(was, old_fn.child_by_field_name("name")) != name:
+        return None
+    after, before = _params(now, fn), _params(was, old_fn)
+    if after == before or None in (after, before):
+        return None
+    method = fn.parent is not None and fn.parent.type == "block" and _enclosing(fn, ("class_definition",)) is not None \
+        and _enclosing(fn, ("class_definition",)) == _enclosing(fn.parent, ("class_definition", "function_definition"))
+    role = "method" if method else "function"
+    if method and not _static(fn):
+        after, before = after[1:], before[1:]
+    owner = ""
+    if method:
+        cls = _enclosing(fn, ("class_definition",))
+        owner = _text(now, cls.child_by_field_name("name"))
+    top = fn.parent is not None and (fn.parent.type == "module" or fn.parent.type == "decorated_definition"
+                                     and fn.parent.parent is not None and fn.parent.parent.type == "module")
+    uses = tuple(importers(path, name, text))[:MAX_FILES] if importers is not None and top else ()
+    return Change("signature", "python", path, role, name, name, owner, before, after, uses)
+
+
+def _undo_at(text: str, last: HistoryItem, cursor: int) -> int | None:
+    """Where the last edit's new text stands in `text` (the occurrence nearest the cursor)."""
+    if not last.new:
+        return None
+    best, i = None, text.find(last.new)
+    while i >= 0:
+        if best is None or abs(i - cursor) < abs(best - cursor):
+            best = i
+        i = text.find(last.new, i + 1)
+    return best
+
+
+def _static(fn: Node) -> bool:
+    p = fn.parent
+    return p is not None and p.type == "decorated_definition" and any(
+        c.type == "decorator" and c.text.decode("utf-8", "replace").strip() in ("@staticmethod",) for c in p.children)
+
+
+def _params(snap: Snapshot, fn: Node) -> tuple[Param, ...] | None:
+    ps = fn.child_by_field_name("parameters")
+    if ps is None:
+        return None
+    out, kind = [], "positional"
+    for c in ps.named_children:
+        t = c.type
+        if t == "typed_parameter":
+            c, t = c.named_children[0], c.named_children[0].type
+        if t == "identifier":
+            out.append(Param(_text(snap, c), False, kind))
+        elif t in ("default_parameter", "typed_default_parameter"):
+            out.append(Param(_text(snap, c.child_by_field_name("name")), True, kind))
+        elif t == "list_splat_pattern":
+            out.append(Param(_text(snap, c).lstrip("*"), False, "args"))
+            kind = "keyword"
+        elif t == "dictionary_splat_pattern":
+            out.append(Param(_text(snap, c).lstrip("*"), False, "kwargs"))
+        elif t == "keyword_separator":
+            kind = "keyword"
+        elif t == "comment":
+            continue
+    return tuple(out)
+
+
+# -- the plan -------------------------------------------------------------------------------------
+class Follower:
+    """The change being followed (one per workspace) and the places it still needs. Used from
+    one thread at a time (the language server's next-edit thread); `drop` from any."""
+
+    def __init__(self) -> None:
+        self.change: Change | None = None
+        self.done: dict[str, set[str]] = {}  # a signature plan: calls rewritten, per file (their new text)
+        self.dismissed: Change | None = None
+        self._lock = threading.Lock()
+
+    def drop(self) -> None:
+        """The user dismissed a jump: the change is not followed, nor detected again from the same edit."""
+        with self._lock:
+            self.dismissed, self.change, self.done = self.change, None, {}
+
+    def answer(self, text: str, path: str, line: int, col: int, history: Sequence[HistoryItem], *,
+               language: str | None, read: Read, importers: Importers | None = None, above: int = 3,
+               below: int = 20, max_lines: int = 40, tree=None) -> Answer | None:
+        """The edits inside the editable region around (line, col) of `text`, the file at `path`
+        (region.py, with `above`, `below`, `max_lines`) and the jump to the next place outside
+        it, for the change the last edit made at a definition or the one being followed; None
+        when there is none (the caller predicts as before). `read(path)` gives another file's
+        text now; `importers(path, name, text)` the files that import a definition (the index's)."""
+        t0 = time.perf_counter()
+        try:
+            region = editable_region(text, line, above=above, below=below, max_lines=max_lines,
+                                     language=language_for(language, path), tree=tree)
+        except RegionError:
+            region = (line, line + 1)
+        cursor = _offset(text, line, col)
+        got = detect(text, path, cursor, history, language, importers)
+        with self._lock:
+            if got is not None and got == self.dismissed:
+                got = None
+            if got is not None and got != self.change:
+                self.change, self.done = got, {}
+            ch = self.change
+        if ch is None:
+            return None
+        last = last_rename(history, path) if history else None
+        if got is None and last is not None and (ch.kind != "rename" or last != (ch.old, ch.new)):
+            return None  # a rename of something else: the region's own rename (rename.py) answers it
+        here = places(ch, path, text, self.done.get(path, set()))
+        lo, hi = region
+        inside = [p for p in here if lo <= p.line < hi and p.edits]
+        order = [p for p in here if p.line >= hi or (p.line >= lo and not p.edits)] + [p for p in here if p.line < lo]
+        rest: list[Place] = []
+        for other in _files(ch, path):
+            t = read(other)
+            if t is not None:
+                rest += places(ch, other, t, self.done.get(other, set()))
+        todo = order + rest
+        if not inside and not todo:
+            with self._lock:
+                self.change, self.done = None, {}
+            return None
+        if ch.kind == "signature":
+            for p in inside + todo[:1]:
+                self._remember(p, text if p.path == path else read(p.path))
+        return Answer([e for p in inside for e in p.edits], todo[0] if todo else None, ch.kind,
+                      len(inside) + len(todo), (time.perf_counter() - t0) * 1e3, inside + todo)
+
+    def _remember(self, p: Place, text: str | None) -> None:
+        """A call this plan rewrites: its lines as they will read (one line: the rewrite joins none)."""
+        if text is None or not p.edits:
+            return
+        after = apply_edits(text, p.edits)
+        starts = line_starts(after)
+        grown = sum(e.text.count("\n") - (e.end_line - e.start_line) for e in p.edits)
+        self.done.setdefault(p.path, set()).add(_lines(after, starts, p.line, p.end_line + grown))
+
+
+def _files(ch: Change, path: str) -> list[str]:
+    """The other files of the plan: the definition's own first when the user is elsewhere."""
+    out = [] if ch.origin == path else [ch.origin]
+    return out + sorted({u.path for u in ch.uses} - {path, ch.origin})
+
+
+def places(ch: Change, path: str, text: str, done: set[str] = frozenset()) -> list[Place]:
+    """The places of `path` (its `text`) the change still needs, in file order."""
+    snap = parse_snapshot(text, language_for(None, path) or ch.language)
+    if snap.tree is None:
+        return []
+    uses = [u for u in ch.uses if u.path == path]
+    if path != ch.origin and not uses:
+        return []
+    if ch.kind == "rename":
+        sites = _rename_sites(ch, snap, path, uses)
+        return _group(path, snap, text, [(s, e, ch.new if not short else f"{ch.old}: {ch.new}") for s, e, short in sites])
+    return _call_places(ch, snap, text, path, uses, done)
+
+
+def _rename_sites(ch: Change, snap: Snapshot, path: str, uses: list) -> list[tuple[int, int, bool]]:
+    src, x = snap.source, ch.old.encode()
+    role_of = roles(captures(snap, "names", 0, len(src)))
+    mine = [(k, r, n) for k, (r, n) in role_of.items() if src[k[0]:k[1]] == x]
+    out: list[tuple[int, int, bool]] = []
+    origin = path == ch.origin
+
+    def bare(import_only: bool) -> None:
+        shadow = _shadowing(snap, mine)
+        for k, r, n in mine:
+            if r != "name" or _in(k, shadow) or _namesake(n) or _module_part(n):
+                continue
+            if import_only and not _in_import(n):
+                continue
+            out.append((k[0], k[1], n.type.startswith("shorthand_property_identifier")))
+
+    def members(receivers: set[bytes]) -> None:
+        out.extend((k[0], k[1], False) for k, r, n in mine if r == "member" and receiver(n, src) in receivers)
+
+    def labels(fn: set[bytes]) -> None:
+        out.extend((k[0], k[1], False) for k, r, n in mine if r == "label" and callee(n, src) in fn)
+
+    if ch.role in ("function", "class", "variable"):
+        if origin:
+            bare(False)
+        for u in uses:
+            if u.how == "module":
+                members({u.alias.encode()})
+            else:
+                bare(u.how == "name" and u.alias != ch.old)
+    elif ch.role == "method" and origin:
+        members({b"self", b"cls", ch.owner.encode()})
+    elif ch.role == "parameter":
+        if origin:
+            fn = _function_named(snap, ch.owner, ch.new)
+            if fn is not None:
+                out.extend((k[0], k[1], False) for k, r, n in mine if r == "name"
+                           and fn.start_byte <= k[0] and k[1] <= fn.end_byte and not _namesake(n))
+            labels({ch.owner.encode()})
+        for u in uses:
+            labels({(u.alias if u.how == "name" else ch.owner).encode()})
+    return sorted(set(out))
+
+
+def _in(k: tuple[int, int], spans: list[tuple[int, int]]) -> bool:
+    return any(a <= k[0] and k[1] <= b for a, b in spans)
+
+
+def _shadowing(snap: Snapshot, mine: list) -> list[tuple[int, int]]:
+    """Functions that bind the name themselves (a parameter, an assignment): their uses are not it."""
+    params = {(n.start_byte, n.end_byte) for n in captures(snap, "defines", 0, len(snap.source)).get("def.parameter", ())}
+    out = []
+    for k, r, n in mine:
+        if r != "name":
+            continue
+        p = n.parent
+        binds = k in params or (p is not None and p.type in BINDERS and p.child_by_field_name(BINDERS[p.type]) == n)
+        if p is not None and p.type in ("pattern_list", "expression_list") and p.parent is not None \
+                and p.parent.type in BINDERS:
+            binds = True
+        fn = _enclosing(n, SCOPES) if binds else None
+        if fn is not None:
+            out.append((fn.start_byte, fn.end_byte))
+    return out
+
+
+def _namesake(n: Node) -> bool:
+    """The name of a definition inside a function or class (a method or local function of that name)."""
+    p = n.parent
+    if p is None or p.child_by_field_name("name") != n or p.type not in (
+            "function_definition", "class_definition", "function_declaration", "class_declaration", "method_definition"):
+        return False
+    up = p.parent.parent if p.parent is not None and p.parent.type == "decorated_definition" else p.parent
+    return up is not None and up.type not in ("module", "program", "export_statement")
+
+
+def _module_part(n: Node) -> bool:
+    """A part of a module's name in an import (`import x`, `from x.y import z`): not a binding of X."""
+    p = n.parent
+    while p is not None and p.type in ("dotted_name", "aliased_import"):
+        if p.parent is not None and p.parent.type == "import_from_statement":
+            return p.parent.child_by_field_name("module_name") == p
+        if p.parent is not None and p.parent.type == "import_statement":
+            return True
+        p = p.parent
+    return False
+
+
+def _in_import(n: Node) -> bool:
+    """The imported name of an import statement (not its alias)."""
+    p = n.parent
+    if p is not None and p.type in ("aliased_import", "import_specifier", "export_specifier") \
+            and p.child_by_field_name("alias") == n:
+        return False
+    return _enclosing(n, IMPORTS) is not None
+
+
+def _function_named(snap: Snapshot, name: str, param: str) -> Node | None:
+    """The function `name` that has a parameter `param`."""
+    for n in captures(snap, "defines", 0, len(snap.source)).get("def.parameter", ()):
+        if _text(snap, n) != param:
+            continue
+        fn = _enclosing(n, SCOPES)
+        nm = fn.child_by_field_name("name") if fn is not None else None
+        if nm is not None and _text(snap, nm) == name:
+            return fn
+    return None
+
+
+# -- calls -----------------------------------------------------------------------------------------
+def _call_places(ch: Change, snap: Snapshot, text: str, path: str, uses: list, done: set[str]) -> list[Place]:
+    src = snap.source
+    name = ch.old.encode()
+    bare = {name} if path == ch.origin else {u.alias.encode() if u.how == "name" else name
+                                             for u in uses if u.how in ("name", "star")}
+    mods = {u.alias.encode() for u in uses if u.how == "module"}
+    if path == ch.origin and ch.role == "method":
+        bare, mods = set(), {b"self", b"cls", ch.owner.encode()}
+    out: list[tuple[int, int, str, Node]] = []
+    role_of = roles(captures(snap, "names", 0, len(src)))
+    shadow = _shadowing(snap, [(k, r, n) for k, (r, n) in role_of.items() if src[k[0]:k[1]] in bare])
+    for k, (r, n) in role_of.items():
+        if src[k[0]:k[1]] not in bare | {name} or (r == "name" and _in(k, shadow)):
+            continue
+        fn = n if r == "name" else n.parent
+        call = fn.parent if fn is not None else None
+        if call is None or call.type != "call" or call.child_by_field_name("function") != fn:
+            continue
+        if r == "name" and src[k[0]:k[1]] not in bare:
+            continue
+        if r == "member" and (src[k[0]:k[1]] != name or receiver(n, src) not in mods):
+            continue
+        args = call.child_by_field_name("arguments")
+        if args is None or args.type != "argument_list":
+            continue
+        got = _rewrite(ch, snap, args)
+        if got is None:
+            continue
+        out.append((*got, args))
+    places = []
+    starts = line_starts(text)
+    d = digest(text)
+    for spans, needs, args in out:
+        a, b = snap.char_at(args.start_byte), snap.char_at(args.end_byte)
+        la, lb = _line(starts, a), _line(starts, b)
+        if (not spans and not needs) or _lines(text, starts, la, lb) in done:
+            continue  # nothing to do, or a call this plan rewrote (a reordered one reads like one to reorder)
+        edits = tuple(_edit(starts, snap, s, e, t) for s, e, t in spans)
+        places.append(Place(path, la, a - starts[la], lb, b - starts[lb], edits, d))
+    return places
+
+
+def _rewrite(ch: Change, snap: Snapshot, args: Node) -> tuple[list[tuple[int, int, str]], bool] | None:
+    """The argument list's edits (byte spans → text) for the new signature, and whether the call
+    still needs an argument the user must write; None: a call left alone (splats, or it already
+    fits the new signature)."""
+    items = [c for c in args.named_children if c.type != "comment"]
+    if any(c.type in ("list_splat", "dictionary_splat", "parenthesized_list_splat") for c in items):
+        return None
+    pos = [c for c in items if c.type != "keyword_argument"]
+    kws = {_text(snap, c.child_by_field_name("name")): c for c in items if c.type == "keyword_argument"}
+    before, after = ch.before, ch.after
+    renames = _renamed_params(before, after)
+    if not _fits(before, len(pos), set(kws)):
+        return None  # rewritten already (or never a call of the old signature)
+    b_pos = [p for p in before if p.kind == "positional"]
+    if len(pos) > len(b_pos) and not any(p.kind == "args" for p in before):
+        return None
+    bound = {b_pos[i].name: (c, False) for i, c in enumerate(pos) if i < len(b_pos)}
+    bound.update({k: (c, True) for k, c in kws.items()})
+    new_of = {p.name: renames.get(p.name, p.name) for p in before}
+    after_names = {p.name for p in after}
+    needs = any(not p.default and p.kind in ("positional", "keyword") and p.name not in new_of.values()
+                and p.name not in kws for p in after)
+    removed = {o for o, n in new_of.items() if n not in after_names}
+    spans: list[tuple[int, int, str]] = []
+    if not _reordered(before, after, renames):
+        gone = [i for i, c in enumerate(items) if any(c is v[0] for o, v in bound.items() if o in removed)]
+        spans += _deletions(snap, args, items, gone)
+        for o, (c, kw) in bound.items():
+            if kw and o in renames and o not in removed:
+                nm = c.child_by_field_name("name")
+                spans.append((nm.start_byte, nm.end_byte, renames[o]))
+    else:
+        parts, positional = [], True
+        for p in after:
+            old = next((o for o, n in new_of.items() if n == p.name), p.name)
+            if old not in bound:
+                positional = False
+                continue
+            c, kw = bound[old]
+            value = c.child_by_field_name("value") if kw else c
+            if positional and not kw and p.kind == "positional":
+                parts.append(_text(snap, value))
+            else:
+                positional = False
+                parts.append(f"{p.name}={_text(snap, value)}")
+        parts += [_text(snap, c) for k, c in kws.items() if k not in new_of]
+        spans.append((args.start_byte + 1, args.end_byte - 1, ", ".join(parts)))
+    return sorted(spans), needs
+
+
+def _fits(after: tuple[Param, ...], n_pos: int, kws: set[str]) -> bool:
+    """Whether a call with n_pos positional arguments and keywords `kws` binds to `after`."""
+    a_pos = [p for p in after if p.kind == "positional"]
+    if n_pos > len(a_pos) and not any(p.kind == "args" for p in after):
+        return False
+    names = {p.name for p in after if p.kind in ("positional", "keyword")}
+    if kws - names and not any(p.kind == "kwargs" for p in after):
+        return False
+    given = {p.name for p in a_pos[:n_pos]} | kws
+    return all(p.default or p.name in given for p in after if p.kind in ("positional", "keyword"))
+
+
+def _renamed_params(before: tuple[Param, ...], after: tuple[Param, ...]) -> dict[str, str]:
+    """Parameters renamed in place: same count, same kinds, one name each changed where both
+    names are new to the other side."""
+    if len(before) != len(after):
+        return {}
+    bn, an = {p.name for p in before}, {p.name for p in after}
+    return {b.name: a.name for b, a in zip(before, after)
+            if b.name != a.name and b.kind == a.kind and b.name not in an and a.name not in bn}
+
+
+def _reordered(before: tuple[Param, ...], after: tuple[Param, ...], renames: dict[str, str]) -> bool:
+    a_order = [p.name for p in after if p.kind == "positional"]
+    kept = [renames.get(p.name, p.name) for p in before if p.kind == "positional" and renames.get(p.name, p.name) in a_order]
+    return kept != [n for n in a_order if n in kept]
+
+
+def _deletions(snap: Snapshot, args: Node, items: list[Node], gone: list[int]) -> list[tuple[int, int, str]]:
+    """Byte spans that remove the arguments `gone` (indices into items) with their commas."""
+    if not gone:
+        return []
+    if len(gone) == len(items):
+        return [(args.start_byte + 1, args.end_byte - 1, "")]
+    out = []
+    runs: list[tuple[int, int]] = []
+    for g in gone:
+        if runs and runs[-1][1] == g - 1:
+            runs[-1] = (runs[-1][0], g)
+        else:
+            runs.append((g, g))
+    for a, b in runs:
+        if b + 1 < len(items):
+            out.append((items[a].start_byte, items[b + 1].start_byte, ""))
+        else:
+            out.append((items[a - 1].end_byte, items[b].end_byte, ""))
+    return out
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+def _group(path: str, snap: Snapshot, text: str, sites: list[tuple[int, int, str]]) -> list[Place]:
+    """Sites (byte spans → text) as places, one per line."""
+    starts, d = line_starts(text), digest(text)
+    by_line: dict[int, list[TextEdit]] = {}
+    for s, e, t in sites:
+        edit = _edit(starts, snap, s, e, t)
+        by_line.setdefault(edit.start_line, []).append(edit)
+    return [Place(path, es[0].start_line, es[0].start_col, es[-1].end_line, es[-1].end_col, tuple(es), d)
+            for _, es in sorted(by_line.items())]
+
+
+def _lines(text: str, starts: list[int], a: int, b: int) -> str:
+    """Lines a..b (inclusive) of text, stripped."""
+    end = starts[b + 1] if b + 1 < len(starts) else len(text)
+    return text[starts[a]:end].strip()
+
+
+def _edit(starts: list[int], snap: Snapshot, s: int, e: int, t: str) -> TextEdit:
+    a, b = snap.char_at(s), snap.char_at(e)
+    la, lb = _line(starts, a), _line(starts, b)
+    return TextEdit(la, a - starts[la], lb, b - starts[lb], t)
+
+
+def _line(starts: list[int], offset: int) -> int:
+    return max(bisect.bisect_right(starts, offset) - 1, 0)
+
+
+def _offset(text: str, line: int, col: int) -> int:
+    starts = line_starts(text)
+    return starts[min(line, len(starts) - 1)] + col
+
+
+def _enclosing(n: Node | None, types: Sequence[str]) -> Node | None:
+    while n is not None and n.type not in types:
+        n = n.parent
+    return n
+
+
+def _text(snap: Snapshot, n: Node) -> str:
+    return snap.source[n.start_byte:n.end_byte].decode("utf-8", "replace")
+
+

@@ -1,0 +1,78 @@
+"""Which workspace files use a definition of another file, and under which local name: what a
+rename or a signature change at the definition is carried to (completer/edits/follow.py). Read
+from the outlines through the Resolver's import resolution, so every import form it resolves
+counts — `from m import f`, `from m import f as g`, `import pkg.m as m` + `m.f`, a package's
+`__init__` re-exporting `f`, star imports; JS/TS named, namespace and `export … from`; Go package
+imports and same-package files; Rust `use`.
+
+A file that imports the definition under another name (`from m import f as g`) has its import
+renamed and keeps `g`; a file that imports a name the definition is re-exported under (an
+`__init__` with `from .m import f as g`, then `from pkg import g`) uses `g`: nothing to change
+there. No file is opened here."""
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from .outline import Outline
+from .resolve import Module, Resolver, Target
+
+
+@dataclass(frozen=True)
+class Use:
+    path: str   # the importing file
+    how: str    # "name": bound to a local name (`alias`); "module": `alias.<name>`; "star": bare, unimported
+    alias: str  # the local name ("name"), the module's local name ("module"), "" for "star"
+    imported: bool = True  # False: same-package use without an import (Go)
+
+
+def importers(resolver: Resolver, outlines: Mapping[str, Outline], rel: str, name: str) -> list[Use]:
+    """Files other than `rel` whose names resolve to `rel`'s top-level definition `name`, in path
+    order (each (path, how, alias) once)."""
+    o = outlines.get(rel)
+    if o is None:
+        return []
+    targets: set[Target] = {(rel, i) for i in o.top.get(name, ())}
+    if not targets:
+        return []
+    seen: dict[tuple[str, str, str], Use] = {}
+    for path in sorted(outlines):
+        if path == rel:
+            continue
+        f = outlines[path]
+        if f.language != o.language and {f.language, o.language} - {"javascript", "typescript", "tsx"}:
+            continue
+        for imp in f.imports:
+            if imp.name not in (name, "", "*") and not _module_like(imp.name, outlines, resolver):
+                continue
+            for use in _uses(resolver, f, imp, name, targets):
+                seen.setdefault((use.path, use.how, use.alias), use)
+        if f.language == "go" and o.language == "go" and f.package == o.package \
+                and posixpath.dirname(path) == posixpath.dirname(rel):
+            seen.setdefault((path, "star", ""), Use(path, "star", "", imported=False))
+    return list(seen.values())
+
+
+def _module_like(name: str, outlines: Mapping[str, Outline], resolver: Resolver) -> bool:
+    """A name that may be a submodule (`from pkg import m`): a Python file or package of that name."""
+    return bool(resolver.py_modules.get(name)) or any(d.endswith("/" + name) or d == name for d in resolver.dirs)
+
+
+def _uses(resolver: Resolver, f: Outline, imp, name: str, targets: set[Target]) -> list[Use]:
+    if imp.name == "*":  # as if it were `from source import name`
+        hit = targets & set(_targets(resolver.binds(f, replace(imp, name=name, alias=name))))
+        return [Use(f.path, "star", "")] if hit else []
+    got = resolver.binds(f, imp)
+    out = []
+    for t in got:
+        if isinstance(t, Module):
+            if targets & set(_targets(resolver.lookup(t, name, 1))) and imp.alias:
+                out.append(Use(f.path, "module", imp.alias))
+        elif t in targets and imp.name == name:
+            out.append(Use(f.path, "name", imp.alias or name))
+    return out
+
+
+def _targets(items) -> list[Target]:
+    return [t for t in items if not isinstance(t, Module)]
