@@ -540,7 +540,8 @@ class Service:
                                cancel=req.cancel, above=opts.next_edit_lines_above, below=opts.next_edit_lines_below,
                                max_lines=opts.next_edit_max_lines, tree=snap.tree,
                                chunks=() if side else self._edit_chunks(engine, uri, snap, line),
-                               rename=opts.next_edit_rename, rename_first=opts.next_edit_rename_first)
+                               rename=opts.next_edit_rename, rename_first=opts.next_edit_rename_first,
+                               jumps=False)  # the follower (above) answered for those
 
             got = await asyncio.get_running_loop().run_in_executor(self.side if side else self.worker, run)
         except asyncio.CancelledError:  # $/cancelRequest

@@ -308,3 +308,19 @@ def test_a_rename_of_another_name_is_left_to_the_region_rule_and_the_plan_kept(t
     follower.drop()  # a jump dismissed
     assert follower.answer(text, "core.py", 44, 0, history[:0], language=None, read={}.get,
                            importers=index.importers) is None
+
+
+def test_predict_names_the_next_place_in_the_file_for_the_cli_and_the_websocket():
+    """predict() (the CLI's and `completer serve`'s next edit) on one file, no workspace and no
+    state: the definition's change in the history gives the region's edits and the jump past it."""
+    from completer.edits.predict import from_versions, predict
+
+    before = "def fetch(url):\n    return fetch(url)\n" + "# pad\n" * 40 + "fetch('a')\n"
+    after = before.replace("def fetch(", "def fetch_all(", 1)
+    got = predict(None, after, 0, 13, from_versions(before, after, "m.py"), path="m.py", below=2)
+    assert got.source == "rename" and [(e.start_line, e.text) for e in got.edits] == [(1, "fetch_all")]
+    assert got.to_json()["jump"] == {"start_line": 42, "start_col": 0, "end_line": 42, "end_col": 5,
+                                     "edits": [{"start_line": 42, "start_col": 0, "end_line": 42, "end_col": 5,
+                                                "text": "fetch_all"}]}
+    assert predict(None, after, 0, 13, from_versions(before, after, "m.py"), path="m.py", below=2,
+                   jumps=False).jump is None

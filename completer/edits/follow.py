@@ -43,11 +43,12 @@ from ..syntax.lang import captures, query
 from .diff import TextEdit, apply_edits
 from .formats import HistoryItem
 from .region import RegionError, editable_region
-from .rename import callee, last_rename, receiver, roles
+from .rename import callee, last_rename, receiver, renamed, roles
 
 Read = Callable[[str], "str | None"]  # a workspace path → its text now (the editor's, else the disk's)
 Importers = Callable[[str, str, str], list]  # (path, name, text before) → completer.workspace.refs.Use list
-NEAR_BYTES = 200  # the renamed definition is this close to the cursor (the user just typed its name)
+NEAR_BYTES = 200  # without the edit's lines in the text: the renamed definition is this close to the cursor
+MAX_EDITS = 16   # history items searched for the renamed definition
 MAX_FILES = 200  # importing files a plan follows (a name imported by every file of a monorepo)
 SCOPES = ("function_definition", "lambda", "function_declaration", "function_expression", "arrow_function",
           "method_definition", "method_declaration", "func_literal", "function_item", "closure_expression")
@@ -113,26 +114,34 @@ def detect(text: str, path: str, cursor: int, history: Sequence[HistoryItem], la
     if lang is None or query(lang, "defines") is None:
         return None
     got = last_rename(history, path)
-    if got is not None and (found := _renamed_definition(text, path, cursor, lang, *got, importers)):
-        return found
+    if got is not None:
+        # the edits of this file that renamed X to Y, newest first (the definition's, then the
+        # uses accepted after it, in the language server's history; in file order in a history
+        # made of two versions): the renamed definition is in one of their lines
+        for h in [h for h in reversed(history) if h.path == path and renamed(h.old, h.new) == got][:MAX_EDITS] or [None]:
+            at = _undo_at(text, h, cursor) if h is not None else None
+            span = (at, at + len(h.new)) if at is not None else (cursor - NEAR_BYTES, cursor + NEAR_BYTES)
+            if found := _renamed_definition(text, path, span, lang, *got, importers):
+                return found
     if lang == "python" and history and history[-1].path == path:
         return _signature(text, path, cursor, history[-1], importers)
     return None
 
 
-def _renamed_definition(text: str, path: str, cursor: int, lang: str, x: str, y: str,
+def _renamed_definition(text: str, path: str, span: tuple[int, int], lang: str, x: str, y: str,
                         importers: Importers | None) -> Change | None:
+    """The definition named Y inside `span` (chars: the last edit's lines), as a Change."""
     snap = parse_snapshot(text, lang)
     if snap.tree is None:
         return None
-    byte = snap.byte_at(cursor)
-    defs = captures(snap, "defines", 0, len(snap.source))
+    lo, hi = snap.byte_at(max(span[0], 0)), snap.byte_at(min(span[1], len(text)))
+    defs = captures(snap, "defines", lo, hi)
     yb = y.encode()
-    near = [(abs(n.end_byte - byte), cap.removeprefix("def."), n) for cap, nodes in defs.items() for n in nodes
-            if snap.source[n.start_byte:n.end_byte] == yb and abs(n.end_byte - byte) <= NEAR_BYTES]
-    if not near:
+    inside = [(n.start_byte, cap.removeprefix("def."), n) for cap, nodes in defs.items() for n in nodes
+              if snap.source[n.start_byte:n.end_byte] == yb and lo <= n.start_byte and n.end_byte <= hi]
+    if not inside:
         return None
-    _, role, node = min(near, key=lambda t: (t[0], t[2].start_byte))
+    _, role, node = min(inside, key=lambda t: t[0])
     owner = ""
     if role in ("method", "parameter"):
         fn = _enclosing(node, ("class_definition", "class_declaration", "impl_item") if role == "method" else SCOPES)

@@ -24,6 +24,7 @@ from ..client import Chunk, EngineClient, StopReason
 from ..documents import is_binary, language_for, line_starts, offset_at, snapshot_around
 from ..syntax.postprocess import error_count
 from .diff import TextEdit, opcodes, region_edits
+from .follow import Place, detect, places
 from .formats import EditPrompt, HistoryItem
 from .history import Event
 from .region import RegionError, editable_region
@@ -52,8 +53,9 @@ class NextEdit:
     dropped: str | None = None
     text: str = ""          # the region as the model rewrote it
     format: str | None = None
-    source: str = "model"   # or "rename": the syntax tree's rename propagation (rename.py)
+    source: str = "model"   # or "rename": the syntax tree's rename propagation (rename.py); "signature"
     model_dropped: str | None = None  # with source "rename": why the model's own answer was dropped
+    jump: Place | None = None  # the next place past the region a change at a definition needs (follow.py)
 
     def to_json(self) -> dict:
         out = {"edits": [e.to_json() for e in self.edits], "new_tokens": self.new_tokens,
@@ -65,6 +67,10 @@ class NextEdit:
             out["reason"] = self.dropped
         if self.model_dropped is not None:
             out["model_reason"] = self.model_dropped
+        if self.jump is not None:
+            j = self.jump
+            out["jump"] = {"start_line": j.line, "start_col": j.col, "end_line": j.end_line, "end_col": j.end_col,
+                           "edits": [e.to_json() for e in j.edits]}
         return out
 
 
@@ -102,7 +108,7 @@ def predict(engine: EngineClient, text: str, line: int, col: int, history: Seque
             path: str, language: str | None = None, fmt: str = "auto", speculative: bool = True,
             doc_key: str = "_default", cancel: threading.Event | None = None, above: int = 3,
             below: int = 20, max_lines: int = 40, tree=None, chunks: Sequence[Chunk] = (),
-            rename: bool = True, rename_first: bool = True) -> NextEdit:
+            rename: bool = True, rename_first: bool = True, jumps: bool = True) -> NextEdit:
     """The next edit at (line, col) (0-based, col in characters) of `text`, the file at `path`,
     after the edits `history` (oldest first). `language` (an LSP languageId or grammar name;
     default: from the path) enables the syntax rules; `tree` is the text's parse when the caller
@@ -110,7 +116,10 @@ def predict(engine: EngineClient, text: str, line: int, col: int, history: Seque
     rename in the last edit is carried to the region's other places from the syntax tree
     (rename.py): before the model is asked when `rename_first` (milliseconds, exact, the engine's
     time saved), else only where the model's answer is dropped as untrained, malformed, too_long,
-    no_change or syntax. PositionError for a position outside the text; EngineError from the engine."""
+    no_change or syntax. `jumps` (with `rename`): a definition renamed or its parameters changed
+    by the last edit (follow.py) also names the next place past the region in this file
+    (`NextEdit.jump`, with its edit; the language server follows it through the workspace
+    itself). PositionError for a position outside the text; EngineError from the engine."""
     offset = offset_at(text, line, col, exact=True)
     if is_binary(text):
         return NextEdit(dropped="binary")
@@ -129,8 +138,12 @@ def predict(engine: EngineClient, text: str, line: int, col: int, history: Seque
     if rename and rename_first:
         t0 = time.perf_counter()
         carried = _carried(text, a, b, offset, history, path, lang, tree, adds_errors)
+        followed = _followed(text, path, lang, offset, history, lo, hi) if jumps else None
         if carried is not None:
             return NextEdit(edits=region_edits(region, carried, lo), region=(lo, hi), text=carried, source="rename",
+                            total_ms=(time.perf_counter() - t0) * 1e3, jump=followed and followed[1])
+        if followed is not None:
+            return NextEdit(edits=followed[0], region=(lo, hi), source=followed[2], jump=followed[1],
                             total_ms=(time.perf_counter() - t0) * 1e3)
     # The models read and write \n: a \r\n file is shown to them with \n, and the answer gets
     # the file's line ends back (else every line of the region would differ by its end).
@@ -160,6 +173,20 @@ def predict(engine: EngineClient, text: str, line: int, col: int, history: Seque
     if got.dropped is None:
         got.edits = region_edits(region, new, lo)
     return got
+
+
+def _followed(text: str, path: str, language: str | None, offset: int, history: Sequence[HistoryItem],
+              lo: int, hi: int) -> tuple[list[TextEdit], Place | None, str] | None:
+    """A change at a definition in the last edit, followed in this file (follow.py): the region's
+    edits, the next place past it, the kind; None when there is none or nothing past the region."""
+    ch = detect(text, path, offset, history, language)
+    if ch is None:
+        return None
+    here = places(ch, path, text)
+    later = [p for p in here if p.line >= hi or (p.line >= lo and not p.edits)] + [p for p in here if p.line < lo]
+    if not later:
+        return None
+    return [e for p in here if lo <= p.line < hi and p.edits for e in p.edits], later[0], ch.kind
 
 
 def _carried(text: str, a: int, b: int, offset: int, history: Sequence[HistoryItem], path: str,

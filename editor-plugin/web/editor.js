@@ -14,8 +14,8 @@ import { EditorState, Prec } from "@codemirror/state";
 import { EditorView, drawSelection, highlightActiveLine, keymap, lineNumbers } from "@codemirror/view";
 import { ACCEPT_GUARD_MS, AcceptGuard, CompleterClient, formatStats, isWarmupTrigger, isWithdrawal } from "./client.js";
 import { acceptSpec, ghostDecorations, ghostField, setGhost } from "./ghost.js";
-import { EditSnapshot, acceptNextEditSpec, editsToChanges, jumpToNextEditSpec, nextEditDecorations, nextEditField,
-         nextEditHint, setNextEdit, toCodePoints } from "./nextedit.js";
+import { EditSnapshot, acceptNextEditSpec, editsToChanges, followJumpSpec, jumpOf, jumpToNextEditSpec, nextEditDecorations,
+         nextEditField, nextEditFollowHint, nextEditGutter, nextEditHint, setNextEdit, toCodePoints } from "./nextedit.js";
 import { tags as t } from "@lezer/highlight";
 
 /** Syntax colours for the page's dark background. */
@@ -144,10 +144,20 @@ function acceptNextEdit(v) {
     v.dispatch(jump);
     return true;
   }
+  const follow = followJumpSpec(v.state);
+  if (follow) {
+    client.feedback(v.state.field(nextEditField).id, true, undefined, "next_edit");
+    v.dispatch(follow);
+    return true;
+  }
   const spec = acceptNextEditSpec(v.state);
   if (!spec) return false;
-  const id = v.state.field(nextEditField).id;
-  snapshot.changed(v.state.doc.toString());
+  const shown = v.state.field(nextEditField);
+  const id = shown.id;
+  // an edit a jump carried continues the change at the definition: the text before it (the
+  // request's `before`) stays the one before that change, so the next answer still follows it
+  if (shown.arrived) snapshot.last = snapshot.now();
+  else snapshot.changed(v.state.doc.toString());
   v.dispatch(spec);
   client.feedback(id, true, undefined, "next_edit");
   edit.id = null;
@@ -267,8 +277,9 @@ function connect(url) {
     // Computed on another text than the one on screen: dropped, never applied.
     if (view.state.doc.toString() !== edit.text) return;
     const changes = editsToChanges(view.state.doc, edits);
+    const jump = jumpOf(view.state.doc, stats.jump);  // the frame's stats carry the answer's fields
     if (changes === null) showError(id, "client_next_edit", "edits outside the document or overlapping");
-    else if (changes.length) view.dispatch({ effects: setNextEdit.of({ id, changes }) });
+    else if (changes.length || jump) view.dispatch({ effects: setNextEdit.of({ id, changes, jump }) });
   };
   client.onError = (id, code, message) => {
     showError(id, code, message);
@@ -296,7 +307,8 @@ view = new EditorView({
       lineNumbers(), history(), drawSelection(), highlightActiveLine(),
       syntaxHighlighting(highlight), python(),
       keymap.of([...defaultKeymap, ...historyKeymap, indentWithTab]),
-      ghostField, ghostDecorations, nextEditField, nextEditDecorations, nextEditHint, onUpdate,
+      ghostField, ghostDecorations, nextEditField, nextEditDecorations, nextEditHint, nextEditGutter,
+      nextEditFollowHint, onUpdate,
     ],
   }),
 });

@@ -3,10 +3,11 @@
 // the document changes (a suggestion is never applied to a text other than the one it was
 // computed on), drawn in place (removed text struck through, new text as a widget after it), a
 // suggestion outside the view announced at the cursor's line (Tab jumps to it first, as in VS Code
-// and Neovim), the accept transaction, and the snapshot of the text before the user's recent
-// edits that the request sends as `before`.
-import { ChangeSet, StateEffect, StateField } from "@codemirror/state";
-import { Decoration, EditorView, ViewPlugin, WidgetType } from "@codemirror/view";
+// and Neovim), the server's jump past the region (a gutter mark at its line and a hint at the
+// cursor; Tab goes there and shows its edit, Tab again applies), the accept transaction, and the
+// snapshot of the text before the user's recent edits that the request sends as `before`.
+import { ChangeSet, RangeSet, StateEffect, StateField } from "@codemirror/state";
+import { Decoration, EditorView, GutterMarker, ViewPlugin, WidgetType, gutter } from "@codemirror/view";
 
 /** A pause this long (ms) ends a burst of edits: the next change starts a new one. */
 export const EDIT_PAUSE_MS = 1000;
@@ -74,7 +75,20 @@ export class EditSnapshot {
   }
 }
 
-/** Show `{id, changes}` (a suggestion: its request id and changes), or null to hide it. */
+/**
+ * The server's jump in this document (`{start_line, start_col, end_line, end_col, edits}`: the
+ * next place past the region a change at a definition needs, with the edit it gets there) as
+ * `{pos, line, changes}` on `doc`, or null when it is missing or lies outside the document.
+ */
+export function jumpOf(doc, jump) {
+  if (!jump || typeof jump !== "object") return null;
+  const pos = offsetOf(doc, jump.start_line, jump.start_col);
+  const changes = editsToChanges(doc, Array.isArray(jump.edits) ? jump.edits : []);
+  if (pos < 0 || changes === null) return null;
+  return { pos, line: doc.lineAt(pos).number, changes };
+}
+
+/** Show `{id, changes, jump?}` (a suggestion: its request id, changes, the jump past them), or null to hide it. */
 export const setNextEdit = StateEffect.define();
 
 /** The suggestion shown; any change to the document drops it (its changes were on the old text). */
@@ -118,7 +132,7 @@ export const nextEditDecorations = EditorView.decorations.compute([nextEditField
  */
 export function farEdit(state, ranges) {
   const s = state.field(nextEditField, false);
-  if (!s) return null;
+  if (!s || s.changes.length === 0) return null;
   const from = s.changes[0].from, to = s.changes[s.changes.length - 1].to;
   if (ranges.some((r) => r.from <= to && from <= r.to)) return null;
   return { pos: from, line: state.doc.lineAt(from).number, down: from > state.selection.main.head };
@@ -162,10 +176,69 @@ export const nextEditHint = ViewPlugin.fromClass(class {
   }
 }, { decorations: (p) => p.decorations });
 
+/**
+ * Tab on a jump (a suggestion with no changes here, a jump past them): the cursor to the place,
+ * and the jump's own changes shown there (the next Tab applies them: the document has not
+ * changed since they were computed, or the suggestion would be gone). Null without one.
+ */
+export function followJumpSpec(state) {
+  const s = state.field(nextEditField);
+  if (!s || s.changes.length > 0 || !s.jump) return null;
+  const next = s.jump.changes.length ? { id: s.id, changes: s.jump.changes, arrived: true } : null;
+  return { selection: { anchor: s.jump.pos }, effects: [setNextEdit.of(next), EditorView.scrollIntoView(s.jump.pos, { y: "center" })],
+           userEvent: "select.nextedit" };
+}
+
+class JumpMarker extends GutterMarker {
+  toDOM() {
+    const span = document.createElement("span");
+    span.className = "cm-next-jump-mark";
+    span.textContent = "⇥";
+    span.title = "completer: the next place this change needs (Tab goes there, Tab again applies)";
+    return span;
+  }
+}
+const jumpMarker = new JumpMarker();
+
+/** The gutter mark at a jump's line (the web editor's "Tab to jump"), and the hint at the cursor. */
+export const nextEditGutter = gutter({
+  class: "cm-next-jump-gutter",
+  markers: (view) => {
+    const s = view.state.field(nextEditField);
+    if (!s || s.changes.length > 0 || !s.jump) return RangeSet.empty;
+    return RangeSet.of([jumpMarker.range(view.state.doc.lineAt(s.jump.pos).from)]);
+  },
+  initialSpacer: () => jumpMarker,
+});
+
+class FollowWidget extends WidgetType {
+  constructor(text) { super(); this.text = text; }
+  eq(other) { return other.text === this.text; }
+  toDOM() {
+    const span = document.createElement("span");
+    span.className = "cm-next-jump";
+    span.textContent = this.text;
+    return span;
+  }
+  ignoreEvent() { return true; }
+}
+
+/** The hint of a jump-only suggestion at the end of the cursor's line: where, and what changes there. */
+export function followHint(state) {
+  const s = state.field(nextEditField, false);
+  if (!s || s.changes.length > 0 || !s.jump) return Decoration.none;
+  const what = s.jump.changes.length ? ` → ${s.jump.changes.map((c) => c.insert).join(" ")}` : " (needs your edit)";
+  const at = state.doc.lineAt(state.selection.main.head).to;
+  return Decoration.set([Decoration.widget({ widget: new FollowWidget(`⇥ Tab to jump: line ${s.jump.line}${what}`), side: 1 })
+    .range(at)]);
+}
+
+export const nextEditFollowHint = EditorView.decorations.compute([nextEditField, "selection"], followHint);
+
 /** The transaction spec applying the suggestion shown (cursor after its last change), or null. */
 export function acceptNextEditSpec(state) {
   const s = state.field(nextEditField);
-  if (!s) return null;
+  if (!s || s.changes.length === 0) return null;
   const set = ChangeSet.of(s.changes, state.doc.length);
   const end = set.mapPos(s.changes[s.changes.length - 1].to, 1);
   return { changes: set, selection: { anchor: end }, scrollIntoView: true, effects: setNextEdit.of(null),

@@ -10,6 +10,9 @@
  *    a shown suggestion whose document changed is never applied (Tab drops it instead).
  *  - Tab: an edit out of view is announced at the cursor and the first Tab jumps there; an edit
  *    in view is applied (reported as accepted), then the next suggestion is asked for.
+ *  - Jumps (the server's `jump`, another place or file past the region): "Tab to jump" at the
+ *    cursor; Tab opens the target there (a target whose version changed since is refused) and
+ *    asks at once: the next Tab applies that answer, made for the document as it is then.
  *  - Esc: dismissed, reported as rejected.
  *
  * Positions are LSP positions in UTF-16 code units, as VS Code's are.
@@ -19,8 +22,17 @@ export interface Pos { line: number; character: number }
 export interface Range { start: Pos; end: Pos }
 export interface TextEdit { range: Range; newText: string }
 
-/** The result of `completer/nextEdit`: `version` is the document version it was computed on. */
-export interface NextEditReply { id: string; version: number; edits: TextEdit[]; reason?: string }
+/**
+ * The next place past the region (another file too, open or not): the edit it will get, in
+ * that document's coordinates, and its version when it was open (a closed file has none).
+ */
+export interface Jump { uri: string; range: Range; version?: number; edits: TextEdit[] }
+
+/**
+ * The result of `completer/nextEdit`: `version` is the document version it was computed on;
+ * `jump` the next place outside the shown edits, `left` the places still to go.
+ */
+export interface NextEditReply { id: string; version: number; edits: TextEdit[]; reason?: string; jump?: Jump; left?: number }
 
 /** `completer/feedback` for a next edit. */
 export interface NextEditFeedback { id: string; kind: "nextEdit"; accepted: boolean }
@@ -61,7 +73,38 @@ export function checkEdits(reply: unknown): { edits?: TextEdit[]; error?: string
   for (let i = 1; i < edits.length; i++) {
     if (before(edits[i].range.start, edits[i - 1].range.end)) return { error: "overlapping edits" };
   }
+  if (r.jump !== undefined && r.jump !== null) {
+    const j = r.jump;
+    if (typeof j !== "object" || typeof j.uri !== "string" || !isPos(j.range?.start) || !isPos(j.range?.end) ||
+        (j.version !== undefined && j.version !== null && !Number.isInteger(j.version)) || !Array.isArray(j.edits) ||
+        j.edits.some((e) => typeof e?.newText !== "string" || !isPos(e.range?.start) || !isPos(e.range?.end))) {
+      return { error: `bad jump ${JSON.stringify(j).slice(0, 200)}` };
+    }
+  }
   return { edits };
+}
+
+/** The file name of a URI (what a jump into another file is labelled with). */
+function fileName(uri: string): string {
+  return decodeURIComponent(uri.slice(uri.lastIndexOf("/") + 1));
+}
+
+/**
+ * The "Tab to jump" marker of a jump-only suggestion, drawn at the end of the cursor's line:
+ * where it goes (file and line) and what it will change there.
+ */
+export function jumpLabel(s: Suggestion, text: string, cursor: Pos): { at: Pos; text: string; status: string } | null {
+  const j = s.jump;
+  if (!j || s.edits.length > 0) return null;
+  const lines = text.split("\n");
+  const where = (j.uri === s.uri ? "" : fileName(j.uri) + ":") + `${j.range.start.line + 1}`;
+  const what = j.edits.length ? ` → ${inline(j.edits.map((e) => e.newText).join(" "))}` : " (needs your edit)";
+  const left = s.left && s.left > 1 ? ` · ${s.left} left` : "";
+  return {
+    at: { line: cursor.line, character: lines[cursor.line]?.length ?? 0 },
+    text: `  ⇥ Tab to jump: ${where}${what}`,
+    status: `$(arrow-right) Tab to jump: ${where}${left}`,
+  };
 }
 
 /** Offset of `p` in `text` (UTF-16), or -1 when it is not in the text. */
@@ -148,6 +191,7 @@ export type TabAction =
   | { kind: "none" }                       // nothing shown: the key does its usual
   | { kind: "stale" }                      // the document changed since: dropped, nothing applied
   | { kind: "jump"; to: Pos }              // out of view: move the cursor there first
+  | { kind: "go"; uri: string; to: Pos }   // the server's jump: open `uri` there (then call arrived())
   | { kind: "apply"; edits: TextEdit[] };  // apply these (then call applied())
 
 /** What the controller needs from the editor. */
@@ -222,6 +266,16 @@ export class NextEditController {
       this.drop(uri, false);
       return { kind: "stale" };
     }
+    if (s.edits.length === 0 && s.jump) {
+      const j = s.jump;
+      const now = this.host.version(j.uri);
+      if (j.version !== undefined && j.version !== null && now !== undefined && now !== j.version) {
+        this.drop(uri, false); // the target changed since the answer: never followed blindly
+        return { kind: "stale" };
+      }
+      this.drop(uri, true);
+      return { kind: "go", uri: j.uri, to: j.range.start };
+    }
     const start = s.edits[0].range.start;
     if (!inView(start)) return { kind: "jump", to: start };
     this.drop(uri, true);
@@ -235,6 +289,14 @@ export class NextEditController {
     else this.chained(uri);
   }
 
+  /**
+   * The editor went to a jump's place in `uri` (opening it when it was closed): ask there at
+   * once; the answer is the edit for that place as the document is now (Tab applies it).
+   */
+  arrived(uri: string): void {
+    this.schedule(uri, 0);
+  }
+
   /** A reply for `uri`: shown unless empty, malformed, or computed on another version. */
   offer(uri: string, reply: unknown): boolean {
     if (reply === null || reply === undefined) return false;
@@ -244,9 +306,10 @@ export class NextEditController {
       return false;
     }
     const r = reply as NextEditReply;
-    if (edits.length === 0 || r.version !== this.host.version(uri)) return false;
+    if ((edits.length === 0 && !r.jump) || r.version !== this.host.version(uri)) return false;
     this.drop(uri, false);
-    const s: Suggestion = { uri, id: r.id, version: r.version, edits, reason: r.reason };
+    const s: Suggestion = { uri, id: r.id, version: r.version, edits, reason: r.reason, jump: r.jump ?? undefined,
+                            left: r.left };
     this.shown.set(uri, s);
     this.host.show(uri, s);
     return true;

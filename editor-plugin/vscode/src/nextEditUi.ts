@@ -1,14 +1,15 @@
 /**
  * VS Code glue for next-edit suggestions: asks `completer/nextEdit` through the running client,
  * draws the suggestion as decorations (new text as ghost text, removed text struck through, the
- * edited lines in a hover, an out-of-view edit announced at the cursor), sets the context key
+ * edited lines in a hover, an out-of-view edit announced at the cursor, the server's jump as a "Tab to
+ * jump" marker at the cursor and a status item; Tab opens its file there), sets the context key
  * `completer.nextEditShown` that binds Tab (`completer.nextEdit.accept`) and Esc
  * (`completer.nextEdit.dismiss`) in package.json, and applies an accepted edit. When to ask,
  * which reply to show, staleness and feedback are nextEdit.ts's.
  */
 import * as vscode from "vscode";
 import { LanguageClient, State } from "vscode-languageclient/node";
-import { DEFAULT_DEBOUNCE_MS, NextEditController, NextEditFeedback, Pos, applyEdits, draw } from "./nextEdit";
+import { DEFAULT_DEBOUNCE_MS, NextEditController, NextEditFeedback, Pos, applyEdits, draw, jumpLabel } from "./nextEdit";
 
 const SHOWN_KEY = "completer.nextEditShown";
 
@@ -34,6 +35,10 @@ export function registerNextEdits(context: vscode.ExtensionContext, deps: NextEd
     hover: vscode.window.createTextEditorDecorationType({}),
     jump: vscode.window.createTextEditorDecorationType({ after: ghost }),
   };
+  // "Tab to jump" in the status bar while a jump is offered (the marker at the cursor says where)
+  const status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Left, 99);
+  status.command = "completer.nextEdit.accept";
+  status.tooltip = "completer: the next place this change needs (Tab goes there, Tab again applies; Esc dismisses)";
   const documentOf = (uri: string) => vscode.workspace.textDocuments.find((d) => d.uri.toString() === uri);
   const cfg = () => vscode.workspace.getConfiguration("completer");
   const inView = (editor: vscode.TextEditor) => (p: Pos) => editor.visibleRanges.some((r) => r.contains(vpos(p)));
@@ -50,10 +55,20 @@ export function registerNextEdits(context: vscode.ExtensionContext, deps: NextEd
     editor.setDecorations(types.hover, d ? [{
       range: new vscode.Range(vpos(d.hover.range.start), vpos(d.hover.range.end)), hoverMessage: hover,
     }] : []);
-    editor.setDecorations(types.jump, d?.jump ? [{
-      range: new vscode.Range(vpos(d.jump.at), vpos(d.jump.at)), hoverMessage: hover,
-      renderOptions: { after: { contentText: d.jump.text } },
+    const far = s ? jumpLabel(s, doc.getText(), editor.selection.active) : null;
+    const mark = d?.jump ?? far;
+    editor.setDecorations(types.jump, mark ? [{
+      range: new vscode.Range(vpos(mark.at), vpos(mark.at)), hoverMessage: hover,
+      renderOptions: { after: { contentText: mark.text } },
     }] : []);
+    if (editor === vscode.window.activeTextEditor) {
+      if (far) {
+        status.text = far.status;
+        status.show();
+      } else {
+        status.hide();
+      }
+    }
   };
   const renderAll = (uri?: string) => {
     for (const e of vscode.window.visibleTextEditors) if (!uri || e.document.uri.toString() === uri) render(e);
@@ -98,7 +113,14 @@ export function registerNextEdits(context: vscode.ExtensionContext, deps: NextEd
     if (!editor) return;
     const uri = editor.document.uri.toString();
     const action = controller.tab(uri, inView(editor));
-    if (action.kind === "jump") {
+    if (action.kind === "go") {
+      const target = await vscode.window.showTextDocument(
+        await vscode.workspace.openTextDocument(vscode.Uri.parse(action.uri)));
+      const to = vpos(action.to);
+      target.selection = new vscode.Selection(to, to);
+      target.revealRange(new vscode.Range(to, to), vscode.TextEditorRevealType.InCenterIfOutsideViewport);
+      controller.arrived(action.uri);
+    } else if (action.kind === "jump") {
       const to = vpos(action.to);
       editor.selection = new vscode.Selection(to, to);
       editor.revealRange(new vscode.Range(to, to), vscode.TextEditorRevealType.InCenterIfOutsideViewport);
@@ -119,6 +141,7 @@ export function registerNextEdits(context: vscode.ExtensionContext, deps: NextEd
 
   context.subscriptions.push(
     ...Object.values(types),
+    status,
     vscode.commands.registerCommand("completer.nextEdit.accept", accept),
     vscode.commands.registerCommand("completer.nextEdit.dismiss", () => {
       const editor = vscode.window.activeTextEditor;

@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { EditorState, Text } from "@codemirror/state";
-import { EDIT_PAUSE_MS, EditSnapshot, acceptNextEditSpec, editsToChanges, farEdit, fromCodePoints, jumpHint,
+import { EDIT_PAUSE_MS, EditSnapshot, acceptNextEditSpec, editsToChanges, farEdit, followHint, followJumpSpec, fromCodePoints, jumpHint, jumpOf,
          jumpToNextEditSpec, nextEditField, setNextEdit, toCodePoints } from "../nextedit.js";
 
 const DOC = "def area(width, height):\n    total = width * height\n    return size\n";
@@ -92,4 +92,51 @@ test("an edit that reaches into the view is not far, even when it starts above i
   const doc = Array.from({ length: 200 }, (_, i) => `x${i + 1} = ${i + 1}`).join("\n") + "\n";
   const s = shown(doc, [{ from: 0, to: 3, insert: "a" }, { from: 900, to: 905, insert: "b" }]);
   assert.equal(farEdit(s, [{ from: 880, to: 2000 }]), null);
+});
+
+// The server's jump past the region (issue 39): a gutter mark at its line, a hint at the cursor;
+// Tab goes there and shows the edit it carried, Tab again applies it.
+const FAR = "def fetch_all(url):\n    return url\n\n\nx = fetch(1)\n";
+
+test("a jump becomes a place and its changes on the document; outside it, nothing", () => {
+  const doc = Text.of(FAR.split("\n"));
+  const j = jumpOf(doc, { start_line: 4, start_col: 4, end_line: 4, end_col: 9, edits: [edit(4, 4, 4, 9, "fetch_all")] });
+  assert.deepEqual(j, { pos: 41, line: 5, changes: [{ from: 41, to: 46, insert: "fetch_all" }] });
+  assert.equal(doc.sliceString(41, 46), "fetch");
+  assert.equal(jumpOf(doc, { start_line: 40, start_col: 0, edits: [] }), null);
+  assert.equal(jumpOf(doc, null), null);
+});
+
+test("Tab on a jump: the cursor there with its edit shown (not applied); Tab again applies it", () => {
+  const doc = Text.of(FAR.split("\n"));
+  const jump = jumpOf(doc, { start_line: 4, start_col: 4, end_line: 4, end_col: 9, edits: [edit(4, 4, 4, 9, "fetch_all")] });
+  let state = EditorState.create({ doc, selection: { anchor: 5 }, extensions: [nextEditField] });
+  state = state.update({ effects: setNextEdit.of({ id: 3, changes: [], jump }) }).state;
+  assert.equal(acceptNextEditSpec(state), null, "nothing to apply here");
+  const hint = followHint(state);
+  const texts = [];
+  hint.between(0, state.doc.length, (from, to, d) => { texts.push([from, d.spec.widget.text]); });
+  assert.deepEqual(texts, [[19, "⇥ Tab to jump: line 5 → fetch_all"]], "at the end of the cursor's line");
+  state = state.update(followJumpSpec(state)).state;
+  assert.equal(state.selection.main.head, 41, "the cursor at the place");
+  assert.equal(state.doc.toString(), FAR, "nothing applied by the first Tab");
+  assert.deepEqual(state.field(nextEditField).changes, jump.changes);
+  state = state.update(acceptNextEditSpec(state)).state;
+  assert.equal(state.doc.toString(), "def fetch_all(url):\n    return url\n\n\nx = fetch_all(1)\n");
+  // a place that needs the user's own edit: the cursor goes there, nothing is shown or applied
+  let s2 = EditorState.create({ doc, extensions: [nextEditField] });
+  s2 = s2.update({ effects: setNextEdit.of({ id: 4, changes: [], jump: { pos: 41, line: 5, changes: [] } }) }).state;
+  s2 = s2.update(followJumpSpec(s2)).state;
+  assert.equal(s2.selection.main.head, 41);
+  assert.equal(s2.field(nextEditField), null);
+});
+
+test("a jump is dropped with the text it was computed on", () => {
+  const doc = Text.of(FAR.split("\n"));
+  const jump = jumpOf(doc, { start_line: 4, start_col: 4, end_line: 4, end_col: 9, edits: [edit(4, 4, 4, 9, "fetch_all")] });
+  let state = EditorState.create({ doc, extensions: [nextEditField] });
+  state = state.update({ effects: setNextEdit.of({ id: 3, changes: [], jump }) }).state;
+  state = state.update({ changes: { from: 0, insert: "# x\n" } }).state;
+  assert.equal(state.field(nextEditField), null);
+  assert.equal(followJumpSpec(state), null);
 });

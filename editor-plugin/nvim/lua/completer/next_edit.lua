@@ -13,6 +13,10 @@
 --- Staleness: a reply computed on another document version than the buffer's is dropped; a
 --- shown suggestion is applied only while the buffer is at the version it was computed on.
 ---
+--- Jumps (the server's `jump`: the next place past the region, in this file or another, loaded
+--- or not): a virtual-text hint at the cursor's line with the key, where it goes and what it
+--- changes there; the key opens the target there and asks at once (one key to go, one to apply).
+---
 --- Keys: the accept key (insert mode) and `keymaps.next_edit_accept` (normal mode) jump to an
 --- edit outside the window, or apply it; `keymaps.next_edit_dismiss` (<Esc>) dismisses, in normal
 --- mode and in insert mode (where the key then leaves insert mode as usual). Without a
@@ -32,7 +36,7 @@ local bufs = {} ---@type table<integer, table>
 local unsupported = {} ---@type table<integer, true>
 
 --- What this client did, for `:Completer status` and the tests.
-M.counters = { requests = 0, shown = 0, accepted = 0, rejected = 0, stale = 0 }
+M.counters = { requests = 0, shown = 0, accepted = 0, rejected = 0, stale = 0, jumps = 0 }
 
 local function buf_state(bufnr)
   bufs[bufnr] = bufs[bufnr] or {}
@@ -95,6 +99,15 @@ local function check_edits(bufnr, result)
     end
     table.insert(edits, e)
   end
+  local j = result.jump
+  if j ~= nil and j ~= vim.NIL then
+    local r = type(j) == 'table' and j.range
+    if type(j.uri) ~= 'string' or type(r) ~= 'table' or type(r.start) ~= 'table' or type(r.start.line) ~= 'number'
+        or type(r.start.character) ~= 'number' or type(j.edits) ~= 'table'
+        or (j.version ~= nil and j.version ~= vim.NIL and type(j.version) ~= 'number') then
+      return nil, 'bad jump ' .. vim.inspect(j):sub(1, 200)
+    end
+  end
   table.sort(edits, function(a, b)
     local x, y = a.range.start, b.range.start
     return x.line < y.line or (x.line == y.line and x.character < y.character)
@@ -150,6 +163,13 @@ local function draw(bufnr, s)
     end
   end
   local win = vim.fn.bufwinid(bufnr)
+  if #s.edits == 0 then -- the server's jump: where it goes, what it changes there, and the key
+    if win ~= -1 then
+      api.nvim_buf_set_extmark(bufnr, ns, api.nvim_win_get_cursor(win)[1] - 1, 0, {
+        virt_text = { { M.jump_hint(s), 'CompleterEditInsert' } }, virt_text_pos = 'eol' })
+    end
+    return
+  end
   local first = s.edits[1].range.start.line
   if win ~= -1 and not in_window(win, first) then
     local row = api.nvim_win_get_cursor(win)[1] - 1
@@ -193,7 +213,22 @@ local function cancel(bufnr)
   end
 end
 
---- The suggestion shown in `bufnr` ({ id, version, edits }), or nil.
+--- The hint drawn for a jump-only suggestion: `  ⇥ <Tab> b.py:3 → fetch_all` (the file when
+--- it is another one, the line, the new text there or that it needs the user's edit, the key).
+function M.jump_hint(s)
+  local j = s.jump
+  local key = (completer().config.keymaps or {}).next_edit_accept or '<Tab>'
+  local where = (j.uri == s.uri and '' or (vim.fs.basename(vim.uri_to_fname(j.uri)) .. ':')) .. (j.range.start.line + 1)
+  local texts = {}
+  for _, e in ipairs(j.edits) do
+    table.insert(texts, e.newText)
+  end
+  local what = #texts > 0 and (' → ' .. table.concat(texts, ' ')) or ' (needs your edit)'
+  local left = (type(s.left) == 'number' and s.left > 1) and ('  (' .. s.left .. ' left)') or ''
+  return ('  ⇥ %s jump to %s%s%s'):format(key, where, what, left)
+end
+
+--- The suggestion shown in `bufnr` ({ id, version, edits, jump? }), or nil.
 function M.shown(bufnr)
   local st = bufs[vim._resolve_bufnr(bufnr)]
   return st and st.shown
@@ -209,7 +244,8 @@ local function offer(bufnr, client, result)
     vim.notify_once('completer/nextEdit: ' .. why, vim.log.levels.WARN)
     return
   end
-  if #edits == 0 then
+  local jump = result.jump ~= vim.NIL and result.jump or nil
+  if #edits == 0 and not jump then
     return
   end
   if result.version ~= version(bufnr) then
@@ -217,7 +253,8 @@ local function offer(bufnr, client, result)
     return
   end
   drop(bufnr, false)
-  local s = { id = result.id, version = result.version, edits = edits, client_id = client.id }
+  local s = { id = result.id, version = result.version, edits = edits, client_id = client.id, jump = jump,
+              left = result.left, uri = vim.uri_from_bufnr(bufnr) }
   buf_state(bufnr).shown = s
   M.counters.shown = M.counters.shown + 1
   draw(bufnr, s)
@@ -312,6 +349,9 @@ function M.accept(bufnr)
   end
   local client = vim.lsp.get_client_by_id(s.client_id)
   local win = vim.fn.bufwinid(bufnr)
+  if #s.edits == 0 then
+    return M.go(bufnr, s)
+  end
   local first = s.edits[1].range.start
   if win ~= -1 and not in_window(win, first.line) then
     api.nvim_win_set_cursor(win, { first.line + 1, byte_col(bufnr, first.line, first.character,
@@ -334,6 +374,32 @@ function M.accept(bufnr)
     end
   end
   M.chained(bufnr)
+  return true
+end
+
+--- Follows the server's jump of suggestion `s` shown in `bufnr`: refused when its target is
+--- loaded at another version than the answer named; else the target is opened in the window
+--- (a file not loaded is read from disk), the cursor put at the place, and the server asked
+--- there at once — the next accept applies that answer, made for the text as it is then.
+function M.go(bufnr, s)
+  local j = s.jump
+  local target = vim.uri_to_bufnr(j.uri)
+  local loaded = api.nvim_buf_is_loaded(target)
+  if loaded and type(j.version) == 'number' and version(target) ~= nil and version(target) ~= j.version then
+    M.counters.stale = M.counters.stale + 1
+    drop(bufnr, false)
+    return true
+  end
+  drop(bufnr, true)
+  M.counters.jumps = M.counters.jumps + 1
+  if target ~= bufnr then
+    api.nvim_win_set_buf(0, target) -- loads it (BufRead, FileType: the server attaches)
+  end
+  local client = vim.lsp.get_client_by_id(s.client_id)
+  local row = math.min(j.range.start.line, api.nvim_buf_line_count(target) - 1)
+  api.nvim_win_set_cursor(0, { row + 1, byte_col(target, row, j.range.start.character,
+    client and client.offset_encoding or 'utf-16') })
+  schedule(target, 0)
   return true
 end
 

@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  Host, NextEditController, NextEditFeedback, Pos, Suggestion, TextEdit, Timers, applyEdits, checkEdits, draw,
+  Host, NextEditController, NextEditFeedback, Pos, Suggestion, TextEdit, Timers, applyEdits, checkEdits, draw, jumpLabel,
 } from "../nextEdit";
 
 const DOC = "def f(count):\n    total = count + 1\n    return count * 2\n";
@@ -67,10 +67,10 @@ function setup(opts: { enabled?: boolean } = {}) {
   const shown: (Suggestion | undefined)[] = [];
   const feedback: NextEditFeedback[] = [];
   const warnings: string[] = [];
-  const doc = { version: 5 };
+  const doc = { version: 5, others: {} as Record<string, number> };  // others: other documents' versions
   const host: Host = {
     ask: (uri, signal) => new Promise((resolve) => asked.push({ uri, signal, resolve })),
-    version: () => doc.version,
+    version: (uri) => doc.others[uri] ?? doc.version,
     show: (_uri, s) => shown.push(s),
     feedback: (p) => feedback.push(p),
     enabled: () => opts.enabled ?? true,
@@ -191,4 +191,54 @@ test("a request that fails is logged, not shown", async () => {
   t.asked[0].resolve(Promise.reject(new Error("boom")));
   await tick();
   assert.match(t.warnings[0], /boom/);
+});
+
+// The server's jump (issue 39): the next place past the region, here in another file.
+const B = "file:///pkg/b.py";
+const JUMP = { uri: B, range: { start: at(2, 0), end: at(2, 5) }, version: 3, edits: [edit(2, 0, 2, 5, "fetch_all")] };
+
+test("a jump-only reply is shown as 'Tab to jump' with where it goes and what it changes there", () => {
+  const t = setup();
+  assert.equal(t.c.offer(U, { id: "j1", version: 5, edits: [], jump: JUMP, left: 3 }), true);
+  const label = jumpLabel(t.c.suggestion(U)!, DOC, at(0, 2))!;
+  assert.deepEqual(label.at, at(0, 13), "at the end of the cursor's line");
+  assert.equal(label.text, "  ⇥ Tab to jump: b.py:3 → fetch_all");
+  assert.equal(label.status, "$(arrow-right) Tab to jump: b.py:3 · 3 left");
+  // in the same file: the line alone; a call that needs an argument: no edit, said so
+  const same = { ...JUMP, uri: U, edits: [] };
+  t.c.offer(U, { id: "j2", version: 5, edits: [], jump: same });
+  assert.equal(jumpLabel(t.c.suggestion(U)!, DOC, at(0, 0))!.text, "  ⇥ Tab to jump: 3 (needs your edit)");
+  // with edits in the region the edits are shown (the jump comes after they are applied)
+  t.c.offer(U, { id: "j3", version: 5, edits: RENAME, jump: JUMP });
+  assert.equal(jumpLabel(t.c.suggestion(U)!, DOC, at(0, 0)), null);
+});
+
+test("Tab on a jump goes to its file and place, then asks there at once; the next Tab applies that answer", () => {
+  const t = setup();
+  t.c.offer(U, { id: "j1", version: 5, edits: [], jump: JUMP });
+  t.doc.others[B] = 3;
+  assert.deepEqual(t.c.tab(U, everywhere), { kind: "go", uri: B, to: at(2, 0) });
+  assert.deepEqual(t.feedback, [{ id: "j1", kind: "nextEdit", accepted: true }]);
+  t.c.arrived(B);
+  assert.deepEqual(t.timers.fire(), [0]);
+  assert.equal(t.asked[0].uri, B);
+  assert.equal(t.c.offer(B, { id: "s2", version: 3, edits: JUMP.edits }), true);
+  assert.deepEqual(t.c.tab(B, everywhere), { kind: "apply", edits: JUMP.edits });
+});
+
+test("a jump whose open target changed since the answer is refused, not followed", () => {
+  const t = setup();
+  t.c.offer(U, { id: "j1", version: 5, edits: [], jump: JUMP });
+  t.doc.others[B] = 4;
+  assert.deepEqual(t.c.tab(U, everywhere), { kind: "stale" });
+  assert.deepEqual(t.feedback, [{ id: "j1", kind: "nextEdit", accepted: false }]);
+  // a closed target (no version in the jump) is opened: the answer there is made for its text then
+  t.c.offer(U, { id: "j2", version: 5, edits: [], jump: { ...JUMP, version: undefined } });
+  assert.equal(t.c.tab(U, everywhere).kind, "go");
+});
+
+test("a malformed jump is refused with a reason", () => {
+  const t = setup();
+  assert.equal(t.c.offer(U, { id: "j", version: 5, edits: [], jump: { uri: 3, range: {}, edits: [] } }), false);
+  assert.match(t.warnings[0], /bad jump/);
 });
