@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from transformers import AutoModelForCausalLM
 
-    from completer.engine.drafters import AdaptiveK, ModelDrafter
+    from completer.engine.adaptive import AdaptiveK
+    from completer.engine.drafters import ModelDrafter
     from completer.engine.engine import Engine, EngineConfig
     from completer.engine.runner_factory import make_runner
     from completer.engine.sampling import Sampling

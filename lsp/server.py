@@ -16,7 +16,7 @@ from pygls.exceptions import JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
-from completer import config, logs
+from completer import __version__, config, logs
 from completer.documents import PositionError
 
 from .options import SCOPES, parse_options, update_options
@@ -29,7 +29,7 @@ log = logging.getLogger("completer.lsp")
 
 class CompleterServer(LanguageServer):
     def __init__(self, cli: dict | None = None):
-        super().__init__("completer-lsp", "0.1.0", protocol_cls=Protocol,
+        super().__init__("completer-lsp", __version__, protocol_cls=Protocol,
                          text_document_sync_kind=t.TextDocumentSyncKind.Incremental)
         self.cli = cli or {}  # options given as completer-lsp flags: above every other source
         self.service = Service(say=self.say)
@@ -192,9 +192,10 @@ def build(cli: dict | None = None) -> CompleterServer:
                                         params.position.character)
         if got is None:
             return t.InlineCompletionList(items=[])
-        text, (line, ch) = got
+        texts, (line, ch) = got
         at = t.Position(line=line, character=ch)
-        return t.InlineCompletionList(items=[t.InlineCompletionItem(insert_text=text, range=t.Range(start=at, end=at))])
+        return t.InlineCompletionList(items=[t.InlineCompletionItem(insert_text=text, range=t.Range(start=at, end=at))
+                                             for text in texts])
 
     @ls.feature("completer/feedback")
     def feedback(ls: CompleterServer, params: Any):

@@ -26,7 +26,8 @@ from transformers import (
 )
 
 from completer.client import Chunk
-from completer.engine.drafters import AdaptiveK, CombinedDrafter, FastPathDrafter, ModelDrafter, NgramDrafter
+from completer.engine.adaptive import AdaptiveK
+from completer.engine.drafters import CombinedDrafter, FastPathDrafter, ModelDrafter, NgramDrafter
 from completer.engine.families import Unsupported, layout_of
 from completer.engine.models import load_model
 from completer.engine.native_lib import native_or_none

@@ -19,7 +19,8 @@ from helpers.engines import STORAGE, engine
 from test_families import family_model
 
 from completer.engine import native_lib
-from completer.engine.drafters import AdaptiveK, ModelDrafter
+from completer.engine.adaptive import AdaptiveK
+from completer.engine.drafters import ModelDrafter
 from completer.engine.models import Pair
 from completer.engine.native_lib import cache_dir, library
 from completer.engine.native_runner import NativeRunner

@@ -173,7 +173,7 @@ class Scripted:
         self.requests.append(request)
         return Completion(self.answer(request.region), new_tokens=7, target_forwards=2, accepted_per_forward=3.5,
                           total_ms=1.0, speculative=speculative, stop_reason=self.stop_reason,
-                          extra={"edit_format": "completer", "malformed": self.malformed})
+                          edit_format="completer", malformed=self.malformed)
 
 
 CURRENT = SRC.replace("def add(self, name, value)", "def add(self, key, value)")
@@ -329,7 +329,7 @@ def test_rewrite_ids_equal_with_and_without_speculative_edits(engine):
         assert fast.token_ids == plain.token_ids == again.token_ids and fast.new_tokens > 0
         assert (fast.speculative, plain.speculative) == (True, False)
         assert plain.accepted_per_forward == 1.0 and fast.target_forwards <= plain.target_forwards
-        assert fast.extra["edit_format"] == "completer" and fast.text == plain.text
+        assert fast.edit_format == "completer" and fast.text == plain.text
 
 
 def test_rewrite_prompt_is_the_fine_tunes_sample(engine):
@@ -347,7 +347,7 @@ def test_rewrite_of_what_does_not_fit_and_a_format_the_tokenizer_lacks(engine):
     from completer.client import EngineError
 
     got = engine.rewrite(EditPrompt(tuple(HISTORY), "store.py", "x = 1\n" * 600), fmt="completer")
-    assert (got.text, got.stop_reason, got.new_tokens, got.extra["malformed"]) == ("", "context", 0, True)
+    assert (got.text, got.stop_reason, got.new_tokens, got.malformed) == ("", "context", 0, True)
     got = engine.rewrite(EditPrompt(tuple(HISTORY), "store.py", "x = 1\n" * 60), fmt="completer", max_new=2000)
     assert got.prompt_tokens + got.new_tokens < engine.ctx  # bounded by the context, not by max_new
     with pytest.raises(EngineError, match="needs the token"):
@@ -366,7 +366,7 @@ def test_auto_does_not_ask_a_pair_never_taught_next_edits(engine):
     try:
         engine.edits_trained = False
         got = engine.rewrite(req)
-        assert (got.text, got.new_tokens, got.stop_reason, got.extra["untrained"]) == ("", 0, "untrained", True)
+        assert (got.text, got.new_tokens, got.stop_reason) == ("", 0, "untrained")
         assert predict(engine, CURRENT, 9, 4, HISTORY, path="store.py", rename=False).dropped == "untrained"
         ne = predict(engine, CURRENT, 9, 4, HISTORY, path="store.py", rename_first=False)  # the rename needs no model
         assert (ne.source, ne.model_dropped, ne.new_tokens) == ("rename", "untrained", 0)

@@ -104,8 +104,8 @@ def test_llama_server_rewrite_request_and_answer(scripted):
     c = connect(f"llamacpp:{scripted.base}")
     scripted.answer = "def f(name):\n    return name + 2\n"
     got = c.rewrite(REQ, fmt="sweep", doc_key="a.py")
-    assert got.text == scripted.answer and got.extra == {"edit_format": "sweep", "malformed": False,
-                                                         "draft_n": 10, "draft_n_accepted": 8}
+    assert got.text == scripted.answer and (got.edit_format, got.malformed) == ("sweep", False)
+    assert got.extra == {"draft_n": 10, "draft_n_accepted": 8}
     assert (got.new_tokens, got.target_forwards, got.accepted_per_forward) == (12, 4, 3.0)
     assert got.stop_reason == "stop" and got.speculative and got.prompt_tokens == 50
     path, body = scripted.bodies[-1]
@@ -118,10 +118,10 @@ def test_llama_server_rewrite_request_and_answer(scripted):
     # auto: a model named after neither family, no FIM format known → Zeta's plain-text format
     scripted.answer = "```a.py\n<|editable_region_start|>\ndef f(name):\n    return name<|user_cursor_is_here|>\n"
     got = c.rewrite(REQ, doc_key="a.py")
-    assert (got.text, got.extra["edit_format"]) == ("def f(name):\n    return name\n", "zeta")
+    assert (got.text, got.edit_format) == ("def f(name):\n    return name\n", "zeta")
     scripted.answer = "no markers at all"
     got = c.rewrite(REQ, doc_key="a.py")
-    assert (got.text, got.extra["malformed"]) == ("", True)
+    assert (got.text, got.malformed) == ("", True)
     with pytest.raises(EngineError, match="next-edit format"):
         c.rewrite(REQ, fmt="nope")
     assert c.stats()["rewrites"] == 4
@@ -132,7 +132,7 @@ def test_openai_compatible_rewrite(scripted):
     c = connect(f"openai:{scripted.base}/v1", fim_format="qwen")
     scripted.answer = "def f(name):\n    return name * 2\n"
     got = c.rewrite(REQ, doc_key="doc-1")
-    assert got.text == scripted.answer and got.extra["edit_format"] == "sweep" and got.stop_reason == "eos"
+    assert got.text == scripted.answer and got.edit_format == "sweep" and got.stop_reason == "eos"
     assert (got.new_tokens, got.prompt_tokens) == (12, 50)
     path, body = scripted.bodies[-1]
     assert path == "/v1/completions" and body["prompt"].endswith("<|file_sep|>updated/a.py\n")
@@ -149,7 +149,7 @@ def test_real_llama_server_rewrites_in_our_format():
     try:
         c = connect(f"llamacpp:{server.url}")
         got = c.rewrite(REQ, fmt="completer", doc_key="a.py", max_new=24)
-        assert got.new_tokens > 0 and got.stop_reason in ("eos", "length") and got.extra["edit_format"] == "completer"
+        assert got.new_tokens > 0 and got.stop_reason in ("eos", "length") and got.edit_format == "completer"
         plain = c.rewrite(REQ, fmt="completer", doc_key="b.py", max_new=24, speculative=False)
         assert plain.text == got.text  # greedy: the same answer however the server decodes it
     finally:

@@ -98,7 +98,7 @@ async def test_rewrite_frame_and_the_ws_engine(server):
     got = await asyncio.to_thread(remote.rewrite, req, fmt="completer", doc_key="add.py", max_new=40)
     local = Engine(EngineConfig(device="cpu")).rewrite(req, fmt="completer", doc_key="x", max_new=40)
     assert (got.text, got.new_tokens, got.stop_reason) == (local.text, local.new_tokens, local.stop_reason)
-    assert got.speculative and got.extra["edit_format"] == "completer" and got.extra["malformed"] is False
+    assert got.speculative and got.edit_format == "completer" and got.malformed is False
     plain = await asyncio.to_thread(remote.rewrite, req, fmt="completer", doc_key="add.py", max_new=40,
                                     speculative=False)
     assert (plain.text, plain.speculative, plain.accepted_per_forward) == (got.text, False, 1.0)

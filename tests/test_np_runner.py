@@ -11,7 +11,8 @@ from conftest import random_llama
 from helpers.engines import STORAGE
 from test_families import family_model
 
-from completer.engine.drafters import AdaptiveK, ModelDrafter
+from completer.engine.adaptive import AdaptiveK
+from completer.engine.drafters import ModelDrafter
 from completer.engine.np_runner import NumpyRunner, eligible
 from completer.engine.quant import quantize_weights
 from completer.engine.runner import LlamaRunner, LlamaWeights

@@ -98,10 +98,10 @@ def test_type_through_serves_the_rest_without_a_request(llama):
     requests = tt.stats()["requests"]
     typed = first.text[:2]
     rest = tt.complete(PREFIX + typed, SUFFIX, doc_key="tt.py", max_new=12)
-    assert rest.text == first.text[2:] and rest.stop_reason == "type_through" and rest.extra["type_through"]
+    assert rest.text == first.text[2:] and rest.stop_reason == "type_through" and rest.type_through
     assert tt.stats()["requests"] == requests and tt.stats()["type_through"] == 1
     other = tt.complete(PREFIX + "zz", SUFFIX, doc_key="tt.py", max_new=2)  # typed something else
-    assert not other.extra["type_through"] and tt.stats()["requests"] == requests + 1
+    assert not other.type_through and tt.stats()["requests"] == requests + 1
 
 
 @pytest.mark.slow

@@ -197,9 +197,9 @@ def test_type_through_serves_the_rest(tok):
     assert len(first.text) > 3
     for n in (1, 3):
         c = e.complete(prefix + first.text[:n], suffix, doc_key="t")
-        assert c.extra["type_through"] and c.text == first.text[n:]
+        assert c.type_through and c.text == first.text[n:]
     c = e.complete(prefix + "#", suffix, doc_key="t")  # typed something else: generate
-    assert not c.extra["type_through"]
+    assert not c.type_through
 
 
 def test_type_through_follows_a_generation_in_flight(tok):
@@ -222,7 +222,7 @@ def test_type_through_follows_a_generation_in_flight(tok):
     follower["run"][0].join()
     c = follower["run"][1]["out"]
     assert first.stop_reason in ("length", "eos")
-    assert c.extra["type_through"] and c.text == first.text[len(follower["typed"]):]
+    assert c.type_through and c.text == first.text[len(follower["typed"]):]
     assert "".join(streamed) == c.text
 
 

@@ -8,7 +8,8 @@ from collections import OrderedDict
 import torch
 
 from ..config import EngineConfig
-from .drafters import AdaptiveK, NgramDrafter
+from .adaptive import AdaptiveK
+from .drafters import NgramDrafter
 from .models import Pair
 from .runner_factory import kv_dtype, make_runner
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..client import StopReason
-from .drafters import AdaptiveK, Drafter
+from .adaptive import AdaptiveK
+from .drafters import Drafter
 from .sampling import EMPTY, Proposal, Sampling, token_logprobs, verify
 
 # A stop rule: asked with the ids generated so far after every step; the reason it finished the
@@ -42,6 +43,8 @@ class GenStats:
     total_ms: float = 0.0
     stop_reason: StopReason = StopReason.NONE
     logprobs: list[float] = field(default_factory=list)  # the target's log-probability of each token out
+    runner_up: list[tuple[int, float]] = field(default_factory=list)  # per token out: the likeliest other
+    # token there and its log-probability (engine/alternatives.py branches at the least sure ones)
     unsure: int | None = None      # the token the confidence floor refused (stop_reason "unsure"), not in out
 
     @property
@@ -68,7 +71,7 @@ def generate(target, prompt: list[int], max_new: int, sampling: Sampling,
     _, cur = verify(logits, EMPTY, sampling, gen)
     st.ttft_ms = (time.perf_counter() - t0) * 1e3
     out: list[int] = []
-    new, lps = [cur], token_logprobs(logits, [cur])
+    new, (lps, ups) = [cur], token_logprobs(logits, [cur])
     t_round = k.clock() if k is not None else 0.0  # rounds timed end to end: k weighs drafting against plain
     while True:
         eos = next((i for i, t in enumerate(new) if t in eos_ids), None)
@@ -78,6 +81,7 @@ def generate(target, prompt: list[int], max_new: int, sampling: Sampling,
             st.unsure, new = new[low], new[:low]
         out += new
         st.logprobs += lps[: len(new)]
+        st.runner_up += ups[: len(new)]
         if on_tokens is not None and new:
             on_tokens(new)
         if low is not None:
@@ -108,7 +112,7 @@ def generate(target, prompt: list[int], max_new: int, sampling: Sampling,
         n, nxt = verify(logits, prop, sampling, gen)
         target.truncate(base + 1 + n)  # keep cur + accepted drafts; rejected rows are dead
         new = prop.ids[:n] + [nxt]
-        lps = token_logprobs(logits, new)
+        lps, ups = token_logprobs(logits, new)
         st.target_forwards += 1
         _count(st, prop, n)
         if k is not None:  # the round: the loop, the draft's catch-up and proposal, the verify
