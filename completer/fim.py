@@ -24,6 +24,16 @@ from .client import Chunk
 
 SENTINEL_TOKENS = 3      # the most FIM tokens a format adds around the text (PSM: prefix, suffix, middle)
 DEFAULT_COMMENT = "#"    # the path comment of a language without line comments (plain text)
+# Characters per token never exceed this for the tokenizers we meet (code averages 3-4): it bounds
+# how much text is looked at and tokenized, by the syntax layer and the engine alike.
+MAX_CHARS_PER_TOKEN = 12
+
+
+def chunks_budget(budget: int) -> int:
+    """Tokens of a prompt's `budget` that the chunks of other files may take (whole chunks, in
+    order, while they fit): the rule the engine's prompt (engine/prompt.py) applies and the
+    syntax layer plans the cursor file's window by (pipeline.py)."""
+    return budget // 2
 
 
 @dataclass(frozen=True)

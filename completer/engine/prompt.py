@@ -14,11 +14,19 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..client import Chunk
-from ..fim import FIM_FORMATS, SENTINEL_TOKENS, FimFormat, extra_pieces, leads_prompt, token_id
+from ..fim import (
+    FIM_FORMATS,
+    MAX_CHARS_PER_TOKEN,
+    SENTINEL_TOKENS,
+    FimFormat,
+    chunks_budget,
+    extra_pieces,
+    leads_prompt,
+    token_id,
+)
 
 PREFIX_GRID_LINES = 16  # the prefix window starts on a multiple of this line: stable while typing
 TOKEN_GRID = 32         # when even one grid block is too long, drop tokens in steps of this
-CHARS_PER_TOKEN_MAX = 12  # no tokenizer packs more into a token: a longer text cannot fit whole
 
 
 @dataclass(frozen=True)
@@ -84,14 +92,14 @@ def build_prompt(tok, fmt: FimFormat, prefix: str, suffix: str, budget: int,
     head: list[int] = []
     for c in extra:  # whole chunks in the caller's order while they fit half the budget
         ids = [i for text, special in extra_pieces(fmt.name, [c], language) for i in _piece(tok, enc, text, special)]
-        if len(head) + len(ids) > budget // 2:
+        if len(head) + len(ids) > chunks_budget(budget):
             break
         head += ids
     budget -= len(head)
     if fmt.layout == "none":
         suffix = ""
     pre_ids = suf_ids = None
-    if len(prefix) + len(suffix) <= budget * CHARS_PER_TOKEN_MAX:
+    if len(prefix) + len(suffix) <= budget * MAX_CHARS_PER_TOKEN:  # else it cannot fit whole
         pre_ids, suf_ids = enc(prefix), enc(suffix)
         if len(pre_ids) + len(suf_ids) > budget:
             pre_ids = suf_ids = None  # the one cut below

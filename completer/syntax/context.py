@@ -16,12 +16,10 @@ from tree_sitter import Node
 
 from ..config import SyntaxOptions
 from ..documents import Snapshot, line_starts
+from ..fim import MAX_CHARS_PER_TOKEN
 from .deadline import NEVER, Deadline
 from .lang import captures, spec
 
-# Characters per token never exceed this for the tokenizers we meet (code averages 3–4): it
-# bounds how much text is looked at and tokenized.
-MAX_CHARS_PER_TOKEN = 12
 # A window cut inside one long line (minified code, data) sits on a grid of this many chars, so
 # it moves once per CUT_GRID typed chars and the engine's cache keeps what is before it.
 CUT_GRID = 256
