@@ -42,14 +42,22 @@ def warp(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
     return p
 
 
-def token_logprobs(logits: torch.Tensor, ids: list[int]) -> list[float]:
+def token_logprobs(logits: torch.Tensor, ids: list[int]) -> tuple[list[float], list[tuple[int, float]]]:
     """The model's log-probability (temperature 1, whatever the sampling) of `ids[i]` at row i of
-    `logits` [>= len(ids), V]: how sure the target was of each token it emitted."""
+    `logits` [>= len(ids), V]: how sure the target was of each token it emitted; and the runner-up
+    at each row: the likeliest other token and its log-probability (where the completion could
+    have gone instead: engine/alternatives.py branches there)."""
     if not ids:
-        return []
+        return [], []
     rows = logits[: len(ids)].float()  # [n, V]
-    picked = rows[torch.arange(len(ids)), torch.tensor(ids)]
-    return (picked - torch.logsumexp(rows, -1)).tolist()  # host sync: the loop cuts on them
+    picked = torch.tensor(ids)
+    lse = torch.logsumexp(rows, -1)  # [n]
+    top_v, top_i = rows.topk(2, -1)  # [n, 2]
+    other = (top_i[:, 0] == picked).long()[:, None]  # the emitted token is the best: its runner-up is second
+    alt_i, alt_v = top_i.gather(1, other)[:, 0], top_v.gather(1, other)[:, 0] - lse
+    # one host sync: the loop cuts on them (ids < 2**24 are exact in float32)
+    lps, alt, alt_lp = torch.stack([rows[torch.arange(len(ids)), picked] - lse, alt_i.float(), alt_v]).tolist()
+    return lps, [(int(i), lp) for i, lp in zip(alt, alt_lp, strict=True)]
 
 
 def verify(logits: torch.Tensor, prop: Proposal, s: Sampling,
