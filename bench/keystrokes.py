@@ -13,6 +13,9 @@ Modes, in the same run on the same model pair:
   cache         per-document KV cache
   cache+warmup  cache plus warmup prefill
   full          cache + warmup + server-side type-through
+  accept        full + the next completion before Tab (prefetch), and a user who accepts a shown
+                completion when it is what they were about to type (after REACTION_S), then asks
+                again: the share of shown completions that cost no model call at request time
 `--lsp` drives the real language server (`python -m lsp.server`, LSP over stdio) instead and
 reports end-to-end latency for warmup on/off. `--lsp --cases` measures three requests per
 held-out block header instead (the issue-21 cases, through the real server): a cold new document
@@ -49,7 +52,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "bench" / "out"
 TRIGGERS = "\n:(=,"
-MODES = ("cold", "cache", "cache+warmup", "full")
+MODES = ("cold", "cache", "cache+warmup", "full", "accept")
+REACTION_S = 0.4  # reading a shown completion and pressing Tab (real time: the engine may use it)
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -106,7 +110,7 @@ def pick_sites(tok_count, files: int, chars: int, head_tokens: int, rng: random.
 def run_engine_mode(engine, mode: str, site, gaps, debounce_ms: float, max_new: int) -> tuple[list, list]:
     path, head, region, tail = site
     doc = f"{mode}:{path.name}"
-    warm = mode in ("cache+warmup", "full")
+    warm = mode in ("cache+warmup", "full", "accept")
     rows, warms = [], []
 
     def warmup(prefix):
@@ -114,25 +118,36 @@ def run_engine_mode(engine, mode: str, site, gaps, debounce_ms: float, max_new: 
         n = engine.warmup(prefix, tail, doc_key=doc)
         warms.append({"tokens": n, "ms": (time.perf_counter() - t0) * 1e3})
 
+    def ask(i: int, accepted: bool):
+        if mode == "cold":
+            engine.forget(doc)
+        c = engine.complete(head + region[: i + 1], tail, doc_key=doc, max_new=max_new)
+        queue, prefill = c.extra.get("queue_ms", 0.0), c.extra.get("prefill_ms", 0.0)
+        rows.append({"file": path.name, "mode": mode, "char": i, "prompt_tokens": c.prompt_tokens,
+                     "prefill_tokens": c.prefill_tokens, "ttft_ms": c.ttft_ms, "total_ms": c.total_ms,
+                     "queue_ms": queue, "prefill_ms": prefill,
+                     "decode_ms": max(c.total_ms - prefill - queue, 0.0),
+                     "new_tokens": c.new_tokens, "type_through": c.type_through or c.prefetched,
+                     "prefetched": c.prefetched, "shown": bool(c.text.strip()), "after_accept": accepted,
+                     "pause_ms": gaps[i] if i < len(gaps) else 0.0})
+        return c
+
     if warm:
         warmup(head)  # didOpen
-    for i, ch in enumerate(region):
-        prefix = head + region[: i + 1]
-        if warm and ch in TRIGGERS:
-            warmup(prefix)
+    i = 0
+    while i < len(region):
+        if warm and region[i] in TRIGGERS:
+            warmup(head + region[: i + 1])
         if gaps[i] < debounce_ms:
+            i += 1
             continue
-        if mode == "cold":
-            engine.close(doc)
-        c = engine.complete(prefix, tail, doc_key=doc, max_new=max_new)
-        st = c.stats
-        queue = c.extra.get("queue_ms", 0.0)
-        rows.append({"file": path.name, "mode": mode, "char": i, "prompt_tokens": st.prompt_tokens,
-                     "prefill_tokens": st.prefill_tokens, "ttft_ms": st.ttft_ms, "total_ms": st.total_ms,
-                     "queue_ms": queue, "prefill_ms": st.prefill_ms,
-                     "decode_ms": max(st.total_ms - st.prefill_ms - queue, 0.0),
-                     "new_tokens": st.new_tokens, "type_through": c.type_through,
-                     "pause_ms": gaps[i]})
+        c = ask(i, False)
+        # the user takes what is shown when it is what they were about to type, and asks again
+        while mode == "accept" and c.text.strip() and region[i + 1:].startswith(c.text):
+            time.sleep(REACTION_S)
+            i += len(c.text)
+            c = ask(i, True)
+        i += 1
     return rows, warms
 
 
@@ -143,14 +158,14 @@ def one_char_probe(engines: dict, site, max_new: int) -> dict:
     out = {"cold_prefill": [], "warm_prefill": [], "cold_ttft": [], "warm_ttft": []}
     for j in range(3):
         prefix = head + region[:j]
-        cold.close("probe")
+        cold.forget("probe")
         c = cold.complete(prefix + region[j], "", doc_key="probe", max_new=max_new)
         warm.complete(prefix, "", doc_key="probe", max_new=max_new)
         w = warm.complete(prefix + region[j], "", doc_key="probe", max_new=max_new)
-        out["cold_prefill"].append(c.stats.prefill_tokens)
-        out["warm_prefill"].append(w.stats.prefill_tokens)
-        out["cold_ttft"].append(c.stats.ttft_ms)
-        out["warm_ttft"].append(w.stats.ttft_ms)
+        out["cold_prefill"].append(c.prefill_tokens)
+        out["warm_prefill"].append(w.prefill_tokens)
+        out["cold_ttft"].append(c.ttft_ms)
+        out["warm_ttft"].append(w.ttft_ms)
     return out
 
 
@@ -172,6 +187,12 @@ def summarize(rows: list[dict]) -> dict:
         "cache_hit_rate": round(sum(r["prefill_tokens"] < r["prompt_tokens"] or r["type_through"]
                                     for r in rows) / n, 3) if n else 0,
         "type_through_rate": round(sum(r["type_through"] for r in rows) / n, 3) if n else 0,
+        # of the completions shown, those that cost no model call at request time (type-through or prefetch)
+        "shown": sum(r["shown"] for r in rows),
+        "accepted": sum(r["after_accept"] for r in rows),
+        "no_call_share_of_shown": round(sum(r["shown"] and r["type_through"] for r in rows)
+                                        / max(sum(r["shown"] for r in rows), 1), 3),
+        "prefetched_after_accept": sum(r["prefetched"] for r in rows if r["after_accept"]),
     }
 
 
@@ -181,12 +202,12 @@ def bench_engine(a) -> dict:
     import torch
 
     from completer.engine.engine import Engine, EngineConfig
-    from completer.engine.models import load_pair
 
     torch.set_num_threads(a.threads)
     base = EngineConfig(target=a.target, draft=a.draft, max_new_tokens=a.max_new)
-    pair = load_pair(a.target, a.draft)
-    engines = {m: Engine(replace(base, type_through=m == "full"), pair=pair) for m in MODES}
+    # a pair each: an engine quantizes its draft in place (draft_quant)
+    engines = {m: Engine(replace(base, type_through=m in ("full", "accept"), prefetch=m == "accept"))
+               for m in MODES}
     for e in engines.values():
         e.warm_start()
     rng = random.Random(a.seed)
@@ -225,6 +246,11 @@ def print_engine(res: dict) -> None:
               f"{tt['p50']:8.1f}/{tt['p90']:6.1f}/{tt['p99']:6.1f} {p['mean']:9.1f}/{p['p50']:4.0f}/{p['p90']:5.0f} "
               f"{s['prefilled_rate']:9.0%} {s['cache_hit_rate']:5.0%} {s['type_through_rate']:6.0%} "
               f"{st['queue_ms']:6.1f}/{st['prefill_ms']:6.1f}/{st['decode_ms']:6.1f}")
+    for m, s in res["summary"].items():
+        if s["accepted"]:
+            print(f"{m}: {s['shown']} completions shown, {s['accepted']} accepted and asked again "
+                  f"({s['prefetched_after_accept']} answered by the prefetch); shown without a model call at "
+                  f"request time: {s['no_call_share_of_shown']:.0%}")
     p = res["one_char_edit"]
     if p:
         print(f"one-character edit at the end of a ~{res['head_tokens']}-token file: prefill tokens "
