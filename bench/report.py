@@ -196,6 +196,18 @@ def gate_table(res: dict) -> list[str]:
     return out
 
 
+def alternatives_table(res: dict) -> list[str]:
+    rows = [[f"{scope} ({s['requests']})", n, num(s["ms_p50"], 1), num(s["ms_p90"], 1), num(s["ms_mean"], 1),
+             num(s["items_mean"]), num(s["branch_tokens_mean"], 1)]
+            for scope in ("all", "shown") for n, s in res.get(scope, {}).items()]
+    gate = "the model's calibrated gate" if res["min_confidence"] is None else f"min_confidence {res['min_confidence']:g}"
+    return [(f"{res['holes']} held-out line holes (stdlib), seed {res['seed']}, through `complete_at` ({gate}); "
+             "`shown`: the requests whose main completion showed something. The main completion is the same "
+             f"with n = 3 in {res['same_main']} of {res['holes']}; each branch prefilled "
+             f"{', '.join(map(str, res['branch_prefill_tokens'])) or '–'} token(s)."), ""] + \
+        table(["requests", "n", "ms p50", "ms p90", "ms mean", "items shown", "branch tokens"], rows)
+
+
 def learning_curve_table(res: dict) -> list[str]:
     rows = [[stage, step, num(mtok(res, step)), num(ev[0], 3), num(ev[1], 3)]
             for stage, d in res["stages"].items() for step, *ev in d["eval"]]
@@ -411,6 +423,8 @@ SECTIONS = (
             "python bench/gate.py --n 150 --sdists DIR", gate_table, gate_figure,
             caption="Exact and wrong-from-the-start shares of shown completions against the share shown, "
                     "one point per min_confidence"),
+    Section("Alternatives to cycle: n = 3 against n = 1", r"alternatives(_\w+)?",
+            "python bench/alternatives.py --n 40 --min-confidence 0", alternatives_table),
     Section("The embedded pair's learning curve", r"learning_curve(_\w+)?",
             "python bench/learning_curve.py", learning_curve_table, learning_curve_figure,
             caption="The embedded target's training and held-out loss against tokens seen"),

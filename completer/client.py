@@ -84,6 +84,9 @@ class Completion:
     type_through: bool = False        # served from the document's previous completion: no model call
     edit_format: str | None = None    # a next edit (rewrite): the format its answer was read in
     malformed: bool = False           # a next edit: the answer held no editable region
+    # other completions to cycle through, best first (engine/alternatives.py; the pipeline keeps those
+    # that still differ after post-processing); empty when one was asked for
+    alternatives: list[Completion] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
     syntax: SyntaxDecision | None = None
 
@@ -91,6 +94,8 @@ class Completion:
         out = {k: getattr(self, k) for k in _FIELDS}
         out["accepted_per_forward"] = round(self.accepted_per_forward, 4)
         out["ttft_ms"], out["total_ms"] = round(self.ttft_ms, 3), round(self.total_ms, 3)
+        if self.alternatives:  # absent with one completion: that answer is as before alternatives existed
+            out["alternatives"] = [a.to_json() for a in self.alternatives]
         return {**out, **self.extra, **(self.syntax.to_json() if self.syntax is not None else {})}
 
     @classmethod
@@ -99,7 +104,10 @@ class Completion:
         known = {k: d[k] for k in _FIELDS if k in d}
         if "stop_reason" in known:
             known["stop_reason"] = StopReason.parse(known["stop_reason"])
-        return cls(**known, extra={k: v for k, v in d.items() if k not in _FIELDS})
+        alts = d.get("alternatives")
+        alts = [cls.from_json(a) for a in alts if isinstance(a, dict)] if isinstance(alts, list) else []
+        return cls(**known, alternatives=alts,
+                   extra={k: v for k, v in d.items() if k not in _FIELDS and k != "alternatives"})
 
 
 _FIELDS = ("text", "new_tokens", "target_forwards", "accepted_per_forward", "ttft_ms", "total_ms",
@@ -159,11 +167,14 @@ class EngineClient(Protocol):
                  max_new: int | None = None, stop_text: StopText | None = None,
                  cancel: threading.Event | None = None, on_text: Callable[[str], None] | None = None,
                  node_kind: str | None = None, language: str | None = None,
-                 extra: Sequence[Chunk] = ()) -> Completion:
+                 extra: Sequence[Chunk] = (), n: int | None = None) -> Completion:
         """Complete between `prefix` and `suffix` (the context the syntax layer chose; the engine
         only adds its model's FIM tokens and renders `extra`, the cross-file chunks, first). `stop_text` decides when the completion is finished
         (the syntax node closed, or degenerate output); the engine stops paying for tokens then.
-        `cancel` set → stop within one step (stop_reason "cancelled"). `on_text` gets deltas."""
+        `cancel` set → stop within one step (stop_reason "cancelled"). `on_text` gets deltas (of
+        the main completion only). `n`: up to n completions, the main one and in `alternatives`
+        up to n-1 others (distinct, best first; each judged by its own copy of `stop_text`);
+        None: the engine's option `alternatives` (a remote engine without it: 1)."""
         ...
 
     def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",

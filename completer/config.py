@@ -95,6 +95,9 @@ class EngineConfig:
     draft_vocab: int = opt(2048, "the draft scores only the N most frequent tokens (embedded pair; 0 = all)",
                            lo=0, hi=1 << 20, reload=True, project="no")
     max_new_tokens: int = opt(64, "most tokens one completion generates", lo=1, hi=4096, project="at_most")
+    alternatives: int = opt(1, "completions per request: the main one and up to N-1 alternatives to cycle, "
+                            "branching from it at its least sure tokens over the same KV cache (each costs a "
+                            "plain decode of its rest)", lo=1, hi=5, project="at_most")
     temperature: float = opt(0.0, "0 = greedy; sampling keeps the target's distribution exactly", lo=0.0, hi=10.0)
     top_p: float = opt(1.0, "nucleus sampling mass", lo=0.0, hi=1.0, lo_open=True)
     kv_budget_mb: float = opt(256.0, "all per-document KV caches together (LRU, never exceeded)", lo=0.0,

@@ -186,11 +186,13 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
                 options: CompletionOptions = CompletionOptions(),
                 cancel: threading.Event | None = None,
                 on_text: Callable[[str], None] | None = None, extra: Sequence[Chunk] = (),
-                workspace: WorkspaceIndex | None = None, path: str | None = None) -> Completion:
+                workspace: WorkspaceIndex | None = None, path: str | None = None, n: int | None = None) -> Completion:
     """One completion at `position` of `text` (a string, or a documents.Snapshot with its tree),
     with the chunks `extra` a caller chose and those `workspace` gives for the file at `path`
     (prompt_for). `on_text` receives deltas of text the returned (post-processed) text starts
-    with, as it settles (syntax/stream.py). The result's `context` lists what the prompt holds."""
+    with, as it settles (syntax/stream.py). The result's `context` lists what the prompt holds.
+    `n`: up to n completions (EngineClient.complete); each alternative is post-processed as the
+    main one and kept when it still shows something other than it and the alternatives before it."""
     t0 = time.perf_counter()
     deadline = Deadline.within(options.syntax.syntax_budget_ms)
     snap, offset, start, first_line = _locate(engine, text, position, language, options)
@@ -207,7 +209,7 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
     shown = Stream(snap, offset, decision.mode, options.syntax, on_text) if on_text is not None else None
     comp = engine.complete(ctx.prefix, ctx.suffix, doc_key=doc_key, max_new=options.max_new_tokens,
                            stop_text=stop, cancel=cancel, on_text=shown.feed if shown else None, node_kind=kind,
-                           extra=prompt.chunks)
+                           extra=prompt.chunks, n=n)
     t2 = time.perf_counter()
     raw = comp.text
     cut = stop(raw)  # generation may have ended by EOS or length before the stop fired
@@ -227,8 +229,28 @@ def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tupl
         syntax_ms=round((t1 - t0) * 1e3, 3),
         engine_total_ms=round((t2 - t1) * 1e3, 3), postprocess_ms=round((t3 - t2) * 1e3, 3))
     comp.text = post.text
-    comp.total_ms = (t3 - t0) * 1e3
+    # alternatives are cycled from a shown completion: none when the main one shows nothing
+    comp.alternatives = (_alternatives(snap, offset, decision.mode, options, deadline.later(t2 - t1), comp)
+                         if comp.text.strip() else [])
+    comp.total_ms = (time.perf_counter() - t0) * 1e3
     return comp
+
+
+def _alternatives(snap: Snapshot, offset: int, mode: Mode, options: CompletionOptions, deadline: Deadline,
+                  main: Completion) -> list[Completion]:
+    """The engine's alternatives through the main completion's post-processing (each judged by a
+    stop rule of its own), in the engine's order, without those that show nothing, what the main
+    completion or an earlier alternative shows, or only the start of it (a partial accept takes that)."""
+    seen, kept = [main.text], []
+    for alt in main.alternatives:
+        stop = make_stop(snap, offset, mode, options.syntax)
+        cut = stop(alt.text)
+        post = postprocess(snap, offset, alt.text if cut is None else alt.text[:cut], mode,
+                           options.syntax.parse_check, deadline)
+        if post.text.strip() and not any(s.startswith(post.text) for s in seen):
+            seen.append(post.text)
+            kept.append(replace(alt, text=post.text))
+    return kept
 
 
 def _dropped(generated: str, kept: str, stop_reason: StopReason | None, post: Post, comp: Completion) -> Dropped | None:

@@ -416,9 +416,10 @@ class Service:
         return [] if ctx is None else [c.as_dict() for c in ctx.context]
 
     # -- completion --------------------------------------------------------------------------
-    async def complete(self, uri: str, line: int, character: int) -> tuple[str, tuple[int, int]] | None:
-        """(text, position) to insert, or None (disabled, not open, engine not ready in time or
-        failed, gated off, superseded, position outside the document, engine fault)."""
+    async def complete(self, uri: str, line: int, character: int) -> tuple[list[str], tuple[int, int]] | None:
+        """(texts, position) to insert: the completion, then its alternatives to cycle (the option
+        `alternatives`: engine/alternatives.py); or None (disabled, not open, engine not ready in time
+        or failed, gated off, superseded, position outside the document, engine fault)."""
         self.counters["requests"] += 1
         if not self.options.enable:
             self.counters["disabled"] += 1
@@ -480,7 +481,7 @@ class Service:
         self.counters["shown_chars"] += len(result.text)
         if result.confidence is not None:
             self.shown_confidence.append(result.confidence)
-        return result.text, pos
+        return [result.text, *(a.text for a in result.alternatives)], pos
 
     @staticmethod
     def _run(engine, snap, offset, uri, opts, cancel, workspace):

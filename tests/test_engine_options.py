@@ -82,6 +82,11 @@ def check_type_through(e, v):
     assert (c.stop_reason == "type_through") == v
 
 
+def check_alternatives(e, v):
+    """From the next request on, a completion comes with up to v - 1 others to cycle."""
+    assert 1 <= len(e.complete(PREFIX, SUFFIX, doc_key="alt").alternatives) <= v - 1
+
+
 def check_min_confidence(e, v):
     """A floor of probability 1 refuses every token: nothing is shown, and the gate says so."""
     c = e.complete(PREFIX, SUFFIX, doc_key="c")
@@ -103,6 +108,7 @@ LIVE = {
     "batch_step_tokens": (0, check_scheduler),
     "warmup_chunk": (8, check_warmup_chunk),
     "type_through": (True, check_type_through),
+    "alternatives": (3, check_alternatives),
     "min_confidence": (1.0, check_min_confidence),
 }
 

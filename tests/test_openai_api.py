@@ -113,7 +113,7 @@ def test_streamed_equals_plain_and_stop_sequences_cut_both(server):
     ({"prompt": "x", "temperature": 7}, None, 400, "bad_request"),
     ({"prompt": "x", "stop": ["a", 1]}, None, 400, "bad_request"),
     ({"prompt": "x", "stream": "yes"}, None, 400, "bad_request"),
-    ({"prompt": "x", "n": 2}, None, 400, "bad_request"),
+    ({"prompt": "x", "n": 6}, None, 400, "bad_request"),  # n: 1..5 (the option alternatives)
     ({"prompt": "x", "model": "gpt-4"}, None, 404, "model_not_found"),
     ({"prompt": "x" * 70_000}, None, 413, "too_large"),
     ({"prompt": "x", "extra": {"path": "a.py", "text": ""}}, None, 400, "bad_request"),

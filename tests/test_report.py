@@ -156,6 +156,12 @@ RECORDS = {
         "log": "draft_models/default/train_log.txt", "tokens_per_step": 2048, "tokens_before": 0, "smooth": 2,
         "stages": {"target": {"train": [[20, 5.0], [40, 4.5], [60, 4.2]], "eval": [[40, 4.6, 0.2]]}}}),
         "threads": None, "note": "a fixture"},
+    "alternatives": _record("alternatives", {
+        "holes": 2, "seed": 0, "threads": 1, "min_confidence": 0.0, "same_main": 2, "branch_prefill_tokens": [1],
+        "all": {"n=1": {"requests": 2, "ms_p50": 20.0, "ms_p90": 30.0, "ms_mean": 25.0, "items_mean": 1.0,
+                        "branch_tokens_mean": 0.0},
+                "n=3": {"requests": 2, "ms_p50": 30.0, "ms_p90": 45.0, "ms_mean": 37.5, "items_mean": 2.5,
+                        "branch_tokens_mean": 9.0}}, "shown": {}, "rows": []}),
     "holes": _record("holes", {"anything": 1}),
 }
 
@@ -171,7 +177,8 @@ def test_every_section_renders_and_draws_from_its_scripts_record(tmp_path):
         name = png.removesuffix(".png")
         assert f"](img/bench/{png})" in text
         assert f"Data: [`bench/out/{name}.json`](../bench/out/{name}.json), from `{RECORDS[name]['command']}`" in text
-    assert {png for png, *_ in figs} == {f"{n}.png" for n in RECORDS if n not in ("evaluate_pair_pypi", "holes")}
+    assert {png for png, *_ in figs} == {f"{n}.png" for n in RECORDS
+                                         if n not in ("evaluate_pair_pypi", "holes", "alternatives")}
     first = r.write_figures(RECORDS, tmp_path / "a")
     again = r.write_figures(RECORDS, tmp_path / "b")
     assert [p.read_bytes() for p in first] == [p.read_bytes() for p in again], "the same records drew other bytes"

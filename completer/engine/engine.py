@@ -11,6 +11,7 @@ request by a prefix of that completion's text is served the rest of it without t
 """
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
@@ -38,6 +39,8 @@ from ..config import OPTIONS, EngineConfig
 from ..edits.formats import EditFormat, EditPrompt, edit_budget, read_answer
 from ..edits.formats import detect as detect_edit_format
 from ..fim import FimFormat, token_id
+from .alternatives import MAX as ALTERNATIVES
+from .alternatives import alternatives, shown_text
 from .batch import Via
 from .caches import DocCache, kv_reserve_bytes
 from .calibrate import choose_amx_rows, measure_step_costs
@@ -284,7 +287,7 @@ class Engine:
                  cancel: threading.Event | None = None,
                  on_text: Callable[[str], None] | None = None, node_kind: str | None = None,
                  language: str | None = None, sampling: Sampling | None = None,
-                 extra: Sequence[Chunk] = ()) -> Completion:
+                 extra: Sequence[Chunk] = (), n: int | None = None) -> Completion:
         """Complete at the cursor between `prefix` and `suffix`, after the chunks of other files
         `extra` (rendered by completer/fim.py, counted in the prompt budget). `stop_text(text)`
         returns the length to keep once the completion is finished (e.g. its syntax node
@@ -292,7 +295,8 @@ class Engine:
         the cursor) keys the adaptive draft length. `on_text` gets the text as it is verified
         (deltas; the final text may be shorter). `sampling`: this request's temperature and
         top-p (default: the engine's). `language` is not read: the prompt is the same for a
-        warmup, which has none."""
+        warmup, which has none. `n`: up to n completions (default: the option `alternatives`),
+        the others in `alternatives` (engine/alternatives.py)."""
         t0 = time.perf_counter()
         old = self._newer_request(doc_key)
         typed = old.typed(prefix, suffix) if old is not None and self.cfg.type_through else None
@@ -324,25 +328,22 @@ class Engine:
             if on_text is not None and len(text) > sent:
                 on_text(text[sent:])
 
+        n, spare = min(n or self.cfg.alternatives, ALTERNATIVES), copy.copy(stop_text)  # the branches' stop: unjudged
         try:
             ids, st, queue_ms = self._generate(prompt, doc_key, max_new, None, stop, cancel, on_tokens, rec,
                                                node_kind, sampling, floor=floor)
         except BaseException:
             rec.update(rec.text, done=True)
             raise
-        # A byte-level token can end mid-character: the editor never gets the U+FFFD it decodes to.
-        text, unsure = self.decode(ids), ""
-        if cut[0] is not None:
-            text = text[: cut[0]]
-        if st.unsure is not None:  # the gate refused the next token: keep whole words of the sure ones
-            with_next = self.decode(ids + [st.unsure])
-            text = confidence.whole_words(text, with_next[len(text):])
-            unsure = with_next[len(text):]
-        text = text.rstrip("\ufffd")
+        text, unsure = shown_text(self.decode, ids, cut[0], st.unsure)
         self._count(**{stop_counter(st.stop_reason): 1})
         rec.update(text, done=True, ok=st.stop_reason not in (StopReason.CANCELLED, StopReason.SUPERSEDED))
+        alts = (alternatives(self, rec, doc_key, prompt, ids, st, self._tokens_in(ids, text), n - 1, max_new, spare,
+                             cancel, sampling or self.sampling)
+                if n > 1 and rec.ok and text.strip() else [])
         st.total_ms = (time.perf_counter() - t0) * 1e3
-        return to_completion(text, ids, st, self.speculative, self._tokens_in(ids, text), unsure, queue_ms)
+        return to_completion(text, ids, st, self.speculative, self._tokens_in(ids, text), unsure, queue_ms,
+                             alternatives=alts)
 
     def _tokens_in(self, ids: list[int], text: str) -> int:
         """How many of `ids` the (possibly cut) `text` holds whole."""

@@ -25,6 +25,8 @@ COUNTERS = {
     "type_through": "completions served from the previous one as the user typed it (no model call)",
     "superseded": "generations a newer request for the same document took over",
     "rewrites": "next edits asked of the model",
+    "alternatives": "alternatives to cycle returned beside main completions (distinct from them)",
+    "alternative_tokens": "tokens the alternatives' branches decoded",
     "feedback_accepted": "shown completions the editor reported accepted",
     "feedback_rejected": "shown completions the editor reported rejected",
     "feedback_accepted_chars": "characters of shown completions the user kept",

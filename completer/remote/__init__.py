@@ -9,6 +9,11 @@
 `connect(url, ...)` picks one. The HTTP clients are wrapped in `TypeThrough` (typethrough.py; our
 own server does type-through itself). No torch anywhere here: a language server on a remote engine stays
 light.
+
+Alternatives (`complete(n=...)`, engine/alternatives.py) are one completion here: llama-server's
+`n_cmpl` and OpenAI's `n` decode n independent samples (n copies of one text under greedy decoding,
+n full decodes otherwise), not branches of one decode; and over our WebSocket the syntax stop
+runs on this side, whose cut cancels the request on the server before it could branch.
 """
 from __future__ import annotations
 

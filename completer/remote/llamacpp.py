@@ -104,7 +104,7 @@ class LlamaCpp:
                  max_new: int | None = None, stop_text: StopText | None = None,
                  cancel: threading.Event | None = None, on_text: Callable[[str], None] | None = None,
                  node_kind: str | None = None, language: str | None = None,
-                 extra: Sequence[Chunk] = ()) -> Completion:
+                 extra: Sequence[Chunk] = (), n: int | None = None) -> Completion:
         t0 = time.perf_counter()
         self._ready()
         if cancel is not None and cancel.is_set():

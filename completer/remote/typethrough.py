@@ -41,7 +41,7 @@ class TypeThrough:
                  max_new: int | None = None, stop_text: StopText | None = None,
                  cancel: threading.Event | None = None, on_text: Callable[[str], None] | None = None,
                  node_kind: str | None = None, language: str | None = None,
-                 extra: Sequence[Chunk] = ()) -> Completion:
+                 extra: Sequence[Chunk] = (), n: int | None = None) -> Completion:
         t0 = time.perf_counter()
         with self._lock:
             old = self.last.get(doc_key)
@@ -58,7 +58,7 @@ class TypeThrough:
                                   type_through=True)
         c = self.inner.complete(prefix, suffix, doc_key=doc_key, max_new=max_new, stop_text=stop_text,
                                 cancel=cancel, on_text=on_text, node_kind=node_kind, language=language,
-                                extra=extra)
+                                extra=extra, n=n)
         with self._lock:
             if self.enabled and c.text and c.stop_reason != StopReason.CANCELLED:
                 self.last[doc_key] = (prefix, suffix, c.text)

@@ -177,7 +177,7 @@ class WsEngine:
                  max_new: int | None = None, stop_text: StopText | None = None,
                  cancel: threading.Event | None = None, on_text: Callable[[str], None] | None = None,
                  node_kind: str | None = None, language: str | None = None,
-                 extra: Sequence[Chunk] = ()) -> Completion:
+                 extra: Sequence[Chunk] = (), n: int | None = None) -> Completion:
         """As EngineClient.complete. `cancel` sends a cancel frame; `stop_text` is applied here to
         the streamed text (a cut cancels the rest on the server)."""
         deadline = time.monotonic() + self.timeout

@@ -178,14 +178,14 @@ class EngineService:
         if job.language:
             return pipeline.complete_at(self.engine, job.prefix + job.suffix, len(job.prefix), language=job.language,
                                         doc_key=job.doc_key, options=pipeline.CompletionOptions(max_new_tokens=job.max_new),
-                                        cancel=cancel, on_text=on_text, extra=job.extra)
+                                        cancel=cancel, on_text=on_text, extra=job.extra, n=job.n)
         base = self.engine.sampling
         sampling = dataclasses.replace(base, temperature=base.temperature if job.temperature is None else job.temperature,
                                        top_p=base.top_p if job.top_p is None else job.top_p)
         c = self.engine.complete(job.prefix, job.suffix, doc_key=job.doc_key, max_new=job.max_new,
                                  stop_text=protocol.stop_text(job.stop) if job.stop else None,
                                  cancel=cancel, on_text=on_text, node_kind=job.node_kind, sampling=sampling,
-                                 extra=job.extra)
+                                 extra=job.extra, n=job.n)
         if job.usage and c.type_through:  # served without the model: count what it stands for
             c.prompt_tokens = len(self.engine.fim_prompt(job.prefix, job.suffix, job.max_new, job.extra))
             c.new_tokens = self.engine.count_tokens(c.text)

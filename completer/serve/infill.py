@@ -356,7 +356,8 @@ class Infill:
         doc = self.docs.pick(req.prefix, req.suffix) if req.cache else None
         doc_key = doc.key if doc is not None else f"infill:-{uuid.uuid4().hex}"  # one-off: forgotten after
         # streamed also for an answer sent whole: its deltas (settled lines) are what the cuts watch
-        job = Job(doc_key, req.prefix, req.suffix, req.language, req.n_predict, stream=True, extra=req.extra)
+        job = Job(doc_key, req.prefix, req.suffix, req.language, req.n_predict, stream=True, extra=req.extra,
+                  n=req.n_cmpl)
         if doc is not None:
             doc.last = job
         try:
@@ -418,8 +419,12 @@ class Infill:
         finally:
             if timer is not None:
                 timer.cancel()
-        # one answer: the engine decodes greedily (n_cmpl copies of it would be one answer n times)
+        # the main completion, then its distinct alternatives (engine/alternatives.py), each under the
+        # request's cuts (stop strings, n_indent; the deadline's cut is the main one's)
         answers = [Answer.of(c, watch)]
+        for alt in (Answer.of(a, Watch(req, threading.Event())) for a in c.alternatives):
+            if alt.content.strip() and all(alt.content != a.content for a in answers):
+                answers.append(alt)
         if not req.stream:
             finals = [a.final(service, req, i, False) for i, a in enumerate(answers)]
             return web.Response(body=_dumps(finals if req.n_cmpl > 1 else finals[0]),
@@ -428,11 +433,13 @@ class Infill:
         if rest:
             await send(_partial(rest, req))
         for i, a in enumerate(answers):
+            if i and a.content:  # an alternative comes whole, after the main answer
+                await send(_partial(a.content, req, i))
             await send(a.final(service, req, i, True))
         await resp.write_eof()
         return resp
 
 
-def _partial(text: str, req: InfillRequest) -> dict:
+def _partial(text: str, req: InfillRequest, index: int = 0) -> dict:
     """A streamed piece, as llama-server's partial result (the token counts come with the final one)."""
-    return {"index": 0, "content": text, "tokens": [], "stop": False, "id_slot": max(req.id_slot, 0)}
+    return {"index": index, "content": text, "tokens": [], "stop": False, "id_slot": max(req.id_slot, 0)}

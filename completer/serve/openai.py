@@ -20,6 +20,7 @@ from aiohttp import web
 
 from .. import errors
 from ..client import StopReason
+from ..config import OPTIONS
 from ..wellformed import well_formed
 from .protocol import BadRequest, Job, Refused, check, chunks, first_stop, json_object
 
@@ -29,6 +30,7 @@ FIELDS = {"prompt": (str, list), "suffix": (str,), "max_tokens": (int,), "temper
           "model": (str,), "echo": (bool,), "logprobs": (int,), "best_of": (int,), "stream_options": (dict,),
           "extra": (list,)}  # ours: repository context [{path, text}] (docs/remote.md)
 MAX_STOPS = 16  # FIM clients send 6-9 (one per file separator and special token)
+MAX_N = OPTIONS["alternatives"].meta["hi"]  # choices: the main completion and its alternatives
 
 
 
@@ -100,7 +102,9 @@ def parse(body: bytes, ctx: int) -> dict:
         raise BadRequest('"temperature" must be in 0..2', "temperature")
     if f["top_p"] is not None and not 0 < f["top_p"] <= 1:
         raise BadRequest('"top_p" must be in (0, 1]', "top_p")
-    for name, default in (("n", 1), ("best_of", 1), ("echo", False), ("logprobs", None)):
+    if f["n"] is not None and not 1 <= f["n"] <= MAX_N:
+        raise BadRequest(f'"n" must be in 1..{MAX_N}', "n")
+    for name, default in (("best_of", 1), ("echo", False), ("logprobs", None)):
         if f[name] is not None and f[name] != default:
             raise BadRequest(f'"{name}" = {f[name]!r} is not supported (only {default!r})', name)
     stops = [f["stop"]] if isinstance(f["stop"], str) else f["stop"] or []
@@ -132,7 +136,7 @@ async def completions(service, request: web.Request) -> web.StreamResponse:
     doc_key = f"openai:{user}" if user is not None else f"openai:-{uuid.uuid4().hex}"  # one-off: forgotten after
     job = Job(doc_key, f["prompt"], f["suffix"] or "", max_new=f["max_tokens"], stop=f["stop"],
               stream=bool(f["stream"]), temperature=f["temperature"], top_p=f["top_p"], usage=True,
-              extra=f["extra"])
+              extra=f["extra"], n=f["n"] or 1)
     head = {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion", "created": int(time.time()),
             "model": service.model_id}
     cancel = threading.Event()
@@ -145,7 +149,8 @@ async def completions(service, request: web.Request) -> web.StreamResponse:
                 raise _superseded()
         except Refused as e:
             return refused(e)
-        return web.json_response({**head, "choices": [_choice(c.text, c)], "usage": _usage(c)})
+        return web.json_response({**head, "choices": [_choice(a.text, a, i) for i, a in enumerate(_choices(c))],
+                                  "usage": _usage(c)})
     finally:
         if user is None:
             service.engine.forget(doc_key)
@@ -160,10 +165,11 @@ async def _stream(service, request: web.Request, job: Job, cancel: threading.Eve
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     text, sent = [""], [0]  # streamed so far; how much of it went out
 
-    async def emit(chunk_text: str, c=None) -> None:
+    async def emit(chunk_text: str, c=None, index: int = 0) -> None:
         if not resp.prepared:
             await resp.prepare(request)
-        await resp.write(b"data: " + json.dumps({**head, "choices": [_choice(chunk_text, c)]}).encode() + b"\n\n")
+        await resp.write(b"data: " + json.dumps({**head, "choices": [_choice(chunk_text, c, index)]}).encode()
+                         + b"\n\n")
 
     async def on_delta(delta: str) -> None:
         text[0] += delta
@@ -187,6 +193,8 @@ async def _stream(service, request: web.Request, job: Job, cancel: threading.Eve
         return resp
     done = text[0][:sent[0]]
     await emit(c.text[len(done):] if c.text.startswith(done) else "", c)
+    for i, alt in enumerate(_choices(c)[1:], 1):  # each alternative whole, after the main one
+        await emit(alt.text, alt, i)
     if include_usage:  # OpenAI's shape: no choices, the usage of the whole completion
         await resp.write(b"data: " + json.dumps({**head, "choices": [], "usage": _usage(c)}).encode() + b"\n\n")
     await resp.write(b"data: [DONE]\n\n")
@@ -202,15 +210,20 @@ def _sendable(text: str, stops: tuple[str, ...]) -> int:
     return len(text) - max((k for s in stops for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
 
 
-def _choice(text: str, c=None) -> dict:
+def _choice(text: str, c=None, index: int = 0) -> dict:
     """A choice; `c` (the final Completion) gives its finish_reason."""
     finish = None if c is None else "length" if c.stop_reason in (StopReason.LENGTH, StopReason.CONTEXT) else "stop"
-    return {"text": text, "index": 0, "logprobs": None, "finish_reason": finish}
+    return {"text": text, "index": index, "logprobs": None, "finish_reason": finish}
+
+
+def _choices(c) -> list:
+    """The main completion, then its alternatives (the engine's: distinct, best first)."""
+    return [c, *c.alternatives]
 
 
 def _usage(c) -> dict:
-    return {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.new_tokens,
-            "total_tokens": c.prompt_tokens + c.new_tokens}
+    new = sum(a.new_tokens for a in _choices(c))  # every choice's, as OpenAI counts them
+    return {"prompt_tokens": c.prompt_tokens, "completion_tokens": new, "total_tokens": c.prompt_tokens + new}
 
 
 async def _ignore(delta: str) -> None:

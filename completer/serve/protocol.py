@@ -25,7 +25,7 @@ FRAMES: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "complete": {"id": (ID, True), "doc": ((str,), True), "prefix": ((str,), True), "suffix": ((str,), False),
                  "language": ((str,), False), "max_new_tokens": ((int,), False), "stream": ((bool,), False),
                  "node_kind": ((str,), False), "extra": ((list,), False), "temperature": ((int, float), False),
-                 "top_p": ((int, float), False)},
+                 "top_p": ((int, float), False), "alternatives": ((int,), False)},
     "warmup": {"doc": ((str,), True), "prefix": ((str,), True), "suffix": ((str,), False),
                "language": ((str,), False), "max_new_tokens": ((int,), False), "extra": ((list,), False)},
     "cancel": {"id": (ID, True)},
@@ -84,6 +84,7 @@ class Job:
     top_p: float | None = None
     usage: bool = False            # count the tokens of a type-through answer too (OpenAI's `usage`)
     extra: tuple[Chunk, ...] = ()  # repository context: chunks of other files, rendered before the prefix
+    n: int | None = None           # completions: the main one and up to n-1 alternatives; None: the engine's option
 
 
 def pack(msg: dict) -> bytes:

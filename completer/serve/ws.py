@@ -118,7 +118,8 @@ def _complete(service, conn: Conn, f: dict) -> dict | None:
     max_new = _max_new(service, f)
     job = Job(_doc_key(conn, f["doc"]), f["prefix"], f["suffix"] or "", f["language"], max_new,
               f["node_kind"], stream=f["stream"] is not False, temperature=protocol.option(f, "temperature"),
-              top_p=protocol.option(f, "top_p"), extra=protocol.chunks(f["extra"]))
+              top_p=protocol.option(f, "top_p"), extra=protocol.chunks(f["extra"]),
+              n=protocol.option(f, "alternatives"))
     conn.docs.add(f["doc"])
     conn.inflight[id_] = cancel = threading.Event()
     _start(conn, _answer(service, conn, id_, job, cancel))

@@ -92,6 +92,12 @@ export function formatStats(stats) {
   return parts;
 }
 
+/** The alternatives' texts in a done frame's stats (the server's `alternatives`: best first). */
+export function alternativeTexts(stats) {
+  const alts = stats && Array.isArray(stats.alternatives) ? stats.alternatives : [];
+  return alts.map((a) => a && a.text).filter((t) => typeof t === "string" && t !== "");
+}
+
 /** ws URL with `?token=` added for browsers (they cannot set headers on a WebSocket). */
 export function withToken(url, token) {
   if (!token) return url;
@@ -209,10 +215,10 @@ export class CompleterClient {
   }
 
   /** Ask for a completion; returns its id, or null when not connected. */
-  complete({ doc, prefix, suffix, language, maxNewTokens }) {
+  complete({ doc, prefix, suffix, language, maxNewTokens, alternatives }) {
     const id = this.nextId++;
     const ok = this.send({ type: "complete", id, doc, prefix, suffix, language,
-                           max_new_tokens: maxNewTokens, stream: true });
+                           max_new_tokens: maxNewTokens, alternatives, stream: true });
     if (!ok) return null;
     this.inflight.add(id);
     return id;

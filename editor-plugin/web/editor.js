@@ -12,8 +12,9 @@ import { python } from "@codemirror/lang-python";
 import { HighlightStyle, syntaxHighlighting } from "@codemirror/language";
 import { EditorState, Prec } from "@codemirror/state";
 import { EditorView, drawSelection, highlightActiveLine, keymap, lineNumbers } from "@codemirror/view";
-import { ACCEPT_GUARD_MS, AcceptGuard, CompleterClient, formatStats, isWarmupTrigger, isWithdrawal } from "./client.js";
-import { acceptSpec, ghostDecorations, ghostField, setGhost } from "./ghost.js";
+import { ACCEPT_GUARD_MS, AcceptGuard, CompleterClient, alternativeTexts, formatStats, isWarmupTrigger,
+  isWithdrawal } from "./client.js";
+import { acceptSpec, cycleGhost, ghostDecorations, ghostField, setGhost } from "./ghost.js";
 import { EditSnapshot, acceptNextEditSpec, editsToChanges, followJumpSpec, jumpOf, jumpToNextEditSpec, nextEditDecorations,
          nextEditField, nextEditFollowHint, nextEditGutter, nextEditHint, setNextEdit, toCodePoints } from "./nextedit.js";
 import { tags as t } from "@lezer/highlight";
@@ -39,6 +40,9 @@ const cfg = {
   guardMs: Number(params.get("guard") ?? ACCEPT_GUARD_MS),
   nextEdit: params.get("next") !== "0",
   nextDebounceMs: Number(params.get("next_debounce") ?? 300),
+  // completions per request (the main one and its alternatives, cycled with Alt-] / Alt-[);
+  // absent: the server's option `alternatives`
+  alternatives: params.has("alternatives") ? Number(params.get("alternatives")) : undefined,
 };
 
 const $ = (id) => document.getElementById(id);
@@ -48,8 +52,9 @@ const nextLatencyEl = $("next-latency");
 const errorsEl = $("errors");
 const wsInput = $("ws-url");
 
-/** The request behind the ghost: its id, where it was asked, chunks so far, chars taken, times. */
-const cur = { id: null, at: -1, streamed: "", accepted: 0, t0: 0, tFirst: 0 };
+/** The request behind the ghost: its id, where it was asked, chunks so far, chars taken, times,
+ * and once done the texts to cycle (the completion, then its alternatives). */
+const cur = { id: null, at: -1, streamed: "", accepted: 0, t0: 0, tFirst: 0, texts: [] };
 let debounceTimer = null;
 let client = null;
 let retryMs = 500;
@@ -104,16 +109,26 @@ function request() {
   debounceTimer = null;
   const sel = view.state.selection.main;
   if (!sel.empty || !client) return;
-  const id = client.complete({ ...context(view.state), maxNewTokens: cfg.maxNewTokens });
+  const id = client.complete({ ...context(view.state), maxNewTokens: cfg.maxNewTokens,
+                               alternatives: cfg.alternatives });
   if (id === null) return;
   // A type-through remainder stays on screen until the first chunk replaces it.
-  Object.assign(cur, { id, at: sel.head, streamed: "", accepted: 0, t0: performance.now(), tFirst: 0 });
+  Object.assign(cur, { id, at: sel.head, streamed: "", accepted: 0, t0: performance.now(), tFirst: 0, texts: [] });
 }
 
 function schedule() {
   clearTimeout(debounceTimer);
   debounceTimer = setTimeout(request, cfg.debounceMs);
 }
+
+/** Next/previous-key command: shows the next (`step` 1) or previous (-1) of the texts to cycle, or
+ * returns false so the key does its usual (no ghost, or one text only). */
+const cycle = (step) => (v) => {
+  const ghost = cycleGhost(v.state, cur.at, cur.texts, step);
+  if (!ghost) return false;
+  showGhost(ghost);
+  return true;
+};
 
 /** Accept-key command: takes `unit` of the ghost, or returns false so the key does its usual;
  * right after a withdrawal it does nothing (the press was meant for the ghost that went away). */
@@ -262,6 +277,7 @@ function connect(url) {
     // The final text starts with the chunks (the server streams only settled text); it wins.
     if (!cur.tFirst && text) cur.tFirst = performance.now();
     serverGhost(text ? { at: cur.at, text } : null);
+    cur.texts = text ? [text, ...alternativeTexts(stats)] : [];
     const parts = formatStats(stats);
     parts.push(`page: first text ${cur.tFirst ? Math.round(cur.tFirst - cur.t0) : "–"} ms, done ${Math.round(performance.now() - cur.t0)} ms`);
     latencyEl.textContent = parts.join(" · ");
@@ -303,6 +319,8 @@ view = new EditorView({
         { key: "Ctrl-ArrowRight", mac: "Cmd-ArrowRight", run: accept("word") },
         { key: "Ctrl-ArrowDown", mac: "Cmd-ArrowDown", run: accept("line") },
         { key: "Escape", run: dismiss },
+        { key: "Alt-]", run: cycle(1) },
+        { key: "Alt-[", run: cycle(-1) },
       ])),
       lineNumbers(), history(), drawSelection(), highlightActiveLine(),
       syntaxHighlighting(highlight), python(),

@@ -55,6 +55,18 @@ export const ghostDecorations = EditorView.decorations.compute([ghostField], (st
 });
 
 /**
+ * The ghost after cycling `step` (1: next, -1: previous) through `texts` (a completion, then its
+ * alternatives, all for offset `at`), or null when the ghost shown is not one of them there (the
+ * user typed into it, or there is one text only).
+ */
+export function cycleGhost(state, at, texts, step) {
+  const g = state.field(ghostField);
+  const i = g && g.at === at ? texts.indexOf(g.text) : -1;
+  if (i < 0 || texts.length < 2) return null;
+  return { at, text: texts[(i + step + texts.length) % texts.length] };
+}
+
+/**
  * Taking `unit` ("all" | "word" | "line") of the ghost shown at the cursor: `{ spec, taken,
  * rest }` with the transaction spec to dispatch, or null when no ghost is shown there.
  */
