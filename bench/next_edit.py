@@ -222,6 +222,239 @@ def lsp_latency(tasks, opts: dict) -> dict:
             "shown": shown, "dropped": dict(reasons)}
 
 
+# -- --follow: renames and signature changes followed through the repository (issue 39) ----------
+def _py_files(root: Path) -> dict[str, str]:
+    out = {}
+    for f in sorted(root.rglob("*.py")):
+        try:
+            out[f.relative_to(root).as_posix()] = f.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+    return out
+
+
+def _jedi_rename(root: Path, rel: str, text: str, line: int, col: int, new: str) -> dict[str, str] | None:
+    """The oracle for a rename: jedi's refactoring (its own import resolution), rel → new text."""
+    import jedi
+    try:
+        r = jedi.Script(code=text, path=str(root / rel), project=jedi.Project(root)).rename(line + 1, col, new_name=new)
+        return {Path(p).resolve().relative_to(root.resolve()).as_posix(): cf.get_new_code()
+                for p, cf in r.get_changed_files().items()}
+    except Exception as e:  # noqa: BLE001 - jedi refuses some places: no task there
+        print(f"# jedi: {rel}:{line + 1}: {e}", file=sys.stderr)
+        return None
+
+
+def _jedi_calls(root: Path, rel: str, text: str, line: int, col: int) -> list[tuple[str, int, int]] | None:
+    """The oracle for a function's calls: jedi's references (path, 0-based line, column) of the name."""
+    import jedi
+    try:
+        refs = jedi.Script(code=text, path=str(root / rel), project=jedi.Project(root)).get_references(line + 1, col)
+    except Exception as e:  # noqa: BLE001
+        print(f"# jedi: {rel}:{line + 1}: {e}", file=sys.stderr)
+        return None
+    return [(Path(r.module_path).resolve().relative_to(root.resolve()).as_posix(), r.line - 1, r.column)
+            for r in refs if r.module_path is not None and Path(r.module_path).resolve().is_relative_to(root.resolve())]
+
+
+def _removed_arg(text: str, calls: list[tuple[int, int]], params: list[str], drop: str) -> str:
+    """`text` with the argument for parameter `drop` removed from the calls whose callee name ends
+    at (line, col) (ast positions: an oracle apart from follow.py's tree-sitter rewrite); calls
+    with *args/**kwargs are left alone."""
+    tree = ast.parse(text)
+    starts = [0]
+    for ln in text.split("\n"):
+        starts.append(starts[-1] + len(ln) + 1)
+    off = lambda ln, c: starts[ln - 1] + len(text.split("\n")[ln - 1].encode()[:c].decode("utf-8", "replace"))
+    want = set(calls)
+    cuts = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        name_end = (f.end_lineno - 1, f.end_col_offset) if isinstance(f, (ast.Name, ast.Attribute)) else None
+        n = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+        if name_end is None or (name_end[0], name_end[1] - len(n)) not in want:
+            continue
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            continue
+        items = sorted([(a.lineno, a.col_offset, a.end_lineno, a.end_col_offset, i < len(params) and params[i] == drop)
+                        for i, a in enumerate(node.args)] +
+                       [(k.lineno, k.col_offset, k.end_lineno, k.end_col_offset, k.arg == drop) for k in node.keywords])
+        for i, (l1, c1, l2, c2, gone) in enumerate(items):
+            if not gone:
+                continue
+            if i + 1 < len(items):
+                cuts.append((off(l1, c1), off(items[i + 1][0], items[i + 1][1])))
+            elif i > 0:
+                cuts.append((off(items[i - 1][2], items[i - 1][3]), off(l2, c2)))
+            else:
+                cuts.append((off(l1, c1), off(l2, c2)))
+    for a, b in sorted(cuts, reverse=True):
+        text = text[:a] + text[b:]
+    return text
+
+
+def _ours(index, texts: dict[str, str], rel: str, after: str, line: int, col: int, old_line: str, new_line: str):
+    """Every place the language server's follower offers for the change, applied (the editor's
+    multi-location edit: the region's edits and every place past it); rel → new text."""
+    from completer.edits.follow import Follower
+    from completer.edits.formats import HistoryItem
+
+    now = {**texts, rel: after}
+    got = Follower().answer(after, rel, line, col, [HistoryItem(rel, old_line, new_line)], language="python",
+                            read=now.get, importers=index.importers)
+    edits = defaultdict(list)  # a file's places together: each was computed on the text as it is
+    for p in (got.all if got else []):
+        edits[p.path] += p.edits
+    return {**now, **{f: apply_edits(now[f], es) for f, es in edits.items()}}, got
+
+
+def _places(before: str, after: str) -> set[tuple[int, int, str]]:
+    """Where `after` differs from `before`: (0-based line and token index in `before`, the text put
+    there), one per changed run of tokens (a rename's use, a call's removed argument). Aligned on
+    the whole file's tokens (diff.span_edits bounds its work and would call a big file one change)."""
+    import difflib
+    import re
+
+    if before == after:
+        return set()
+    a, b = re.findall(r"\w+|\s+|.", before), re.findall(r"\w+|\s+|.", after)
+    lines = [0]
+    for t in a:
+        lines.append(lines[-1] + t.count("\n"))
+    return {(lines[i1], i1, "".join(b[j1:j2])) for tag, i1, i2, j1, j2
+            in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if tag != "equal"}
+
+
+def _score(before: dict[str, str], want: dict[str, str], got: dict[str, str]) -> dict:
+    """Places (file, line, new text) the oracle changed and we suggested, both from the same
+    text (the user's edit at the definition applied); whether every file came out as the oracle's."""
+    exp, sug = set(), set()
+    for f in set(want) | set(got):
+        a = before.get(f, "")
+        exp |= {(f, *p) for p in _places(a, want.get(f, a))}
+        sug |= {(f, *p) for p in _places(a, got.get(f, a))}
+    files = {f for f in set(want) | set(got) if want.get(f, before.get(f)) != got.get(f, before.get(f))}
+    return {"expected": len(exp), "suggested": len(sug), "hit": len(exp & sug), "exact": not files,
+            "wrong_files": sorted(files)[:5], "missed": sorted(exp - sug)[:4], "extra": sorted(sug - exp)[:4]}
+
+
+def _split_params(sig: str) -> list[str]:
+    """A parameter list's text split at its top-level commas (defaults and annotations hold some)."""
+    out, depth, cur = [], 0, ""
+    for ch in sig:
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return out + ([cur] if cur.strip() else [])
+
+
+def follow_quality(roots: list[Path], n: int, seed: int) -> dict:
+    """Per package, `n` tasks of each kind made from its code, scored against an oracle:
+    - rename: a top-level function or class (in the package, not its tests) used in >= 2 other
+      files (by jedi's references) renamed at its def; expected: jedi's rename of it;
+    - remove_param: a parameter of a top-level function called in >= 3 places (jedi's references
+      that are calls, positional or keyword) removed at the def; expected: the argument it binds
+      removed at each such call (ast positions).
+    Reported per kind: recall of the places that must change, precision of what was suggested,
+    the share of tasks whose every file comes out exact."""
+    from completer.workspace import WorkspaceIndex
+
+    rng = random.Random(seed)
+    rows: dict[str, list[dict]] = defaultdict(list)
+    for root in roots:
+        texts = _py_files(root)
+        index = WorkspaceIndex(root)
+        index.build()
+        cands = []
+        for rel, text in texts.items():
+            if SKIP_PARTS & set(rel.split("/")) or "/tests/" in f"/{rel}" or rel.split("/")[-1].startswith("test"):
+                continue
+            try:
+                tree = ast.parse(text)
+            except SyntaxError:
+                continue
+            for node in tree.body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.decorator_list:
+                    others = sum(1 for f, t in texts.items() if f != rel and node.name in t)
+                    if others >= 2 or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        cands.append((rel, node))
+        rng.shuffle(cands)
+        done = defaultdict(int)
+        for rel, node in cands:
+            if all(done[k] >= n for k in ("rename", "remove_param")):
+                break
+            text = texts[rel]
+            lines = text.split("\n")
+            line = node.lineno - 1
+            col = lines[line].index(node.name, lines[line].index("def " if not isinstance(node, ast.ClassDef) else "class "))
+            calls = _jedi_calls(root, rel, text, line, col)
+            if calls is None:
+                continue
+            other_files = {f for f, _, _ in calls if f != rel}
+            kind = "rename" if done["rename"] < n and len(other_files) >= 2 else None
+            params = [a.arg for a in node.args.posonlyargs + node.args.args] if not isinstance(node, ast.ClassDef) else []
+            if kind is None and done["remove_param"] < n and params and not node.args.vararg and not node.args.kwarg:
+                call_sites = [(f, ln, c) for f, ln, c in calls if (f, ln, c) != (rel, line, col) and
+                              texts.get(f, "").split("\n")[ln][c + len(node.name):].lstrip().startswith("(")]
+                if len(call_sites) >= 3:
+                    kind = "remove_param"
+            if kind is None:
+                continue
+            old_line = lines[line] + "\n"
+            if kind == "rename":
+                new = node.name + "_renamed"
+                new_line = old_line[:col] + new + old_line[col + len(node.name):]
+                want = _jedi_rename(root, rel, text, line, col, new)
+                if want is None:
+                    continue
+                cur = (line, col + len(new))
+            else:
+                drop = params[-1]
+                header = lines[line]
+                i = header.find("(", col)
+                j, depth = i, 0
+                while j < len(header):
+                    depth += header[j] in "([{"
+                    depth -= header[j] in ")]}"
+                    if depth == 0:
+                        break
+                    j += 1
+                if i < 0 or j >= len(header) or drop in ("self", "cls"):
+                    continue  # a one-line header only: the user's edit is that line
+                kept = [p for p in _split_params(header[i + 1:j])
+                        if p.strip().split(":")[0].split("=")[0].strip() != drop]
+                new_line = header[:i + 1] + ",".join(kept).strip() + header[j:] + "\n"
+                by_file = defaultdict(list)
+                for f, ln, c in call_sites:
+                    by_file[f].append((ln, c))
+                want = {f: _removed_arg(texts[f], cs, params, drop) for f, cs in by_file.items()}
+                want[rel] = _removed_arg(text.replace(old_line, new_line, 1), by_file.get(rel, []), params, drop)
+                cur = (line, len(new_line.rstrip("\n")))
+                new = drop
+            after = text.replace(old_line, new_line, 1)
+            got, ans = _ours(index, texts, rel, after, *cur, old_line, new_line)
+            base = {**texts, rel: after}
+            want = {**want, rel: want.get(rel, after)} if kind == "remove_param" else want
+            row = _score(base, want, got)
+            row.update(task=f"{root.name}:{rel}:{line + 1} {node.name} ({kind}: {new})", source=ans and ans.source)
+            rows[kind].append(row)
+            done[kind] += 1
+        index.close()
+    out = {}
+    for kind, rs in rows.items():
+        e, s, h = (sum(r[k] for r in rs) for k in ("expected", "suggested", "hit"))
+        out[kind] = {"tasks": len(rs), "recall": round(h / e, 4) if e else None, "precision": round(h / s, 4) if s else None,
+                     "exact": round(sum(r["exact"] for r in rs) / len(rs), 4), "places": e,
+                     "misses": [r for r in rs if not r["exact"]][:8]}
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=40, help="tasks per kind (quality), or speed tasks")
@@ -235,10 +468,21 @@ def main() -> int:
                     help="the syntax tree's rename: before the model (the default), where the model gives nothing, never")
     ap.add_argument("--speed", action="store_true")
     ap.add_argument("--lsp", type=int, default=0, metavar="N")
+    ap.add_argument("--follow", type=int, default=0, metavar="N",
+                    help="N tasks per kind and package: renames and parameter removals followed through the "
+                         "repository (completer/edits/follow.py) against jedi (pip install jedi) and ast")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "next_edit.json")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="next_edit_"))
+    if a.follow:
+        res = {"packages": list(PACKAGES), "follow": follow_quality(fetch(list(PACKAGES), a.sdists, work), a.follow, a.seed)}
+        out = a.out if a.out != ap.get_default("out") else ROOT / "runs" / "next_edit_follow.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res, indent=2) + "\n")
+        print(json.dumps(res, indent=2))
+        subprocess.run(["rm", "-rf", str(work)], check=False)
+        return 0
     files = sources(fetch(list(PACKAGES), a.sdists, work))
     print(f"# {len(files)} files from {', '.join(PACKAGES)}; CPU: {machine()}", file=sys.stderr)
     global FORMAT, RENAME

@@ -324,3 +324,10 @@ def test_predict_names_the_next_place_in_the_file_for_the_cli_and_the_websocket(
                                                 "text": "fetch_all"}]}
     assert predict(None, after, 0, 13, from_versions(before, after, "m.py"), path="m.py", below=2,
                    jumps=False).jump is None
+
+
+def test_a_generator_argument_removed_with_its_parameter(tmp_path):
+    files = {"m.py": "def first(values, n=1):\n    return values\n\n\n" + "# pad\n" * 30 +
+             "first(x for x in y)\nfirst(a, n=2), first(b)\n"}
+    got = _follow_all(tmp_path, files, "m.py", "def first(values, n=1):", "def first(n=1):")
+    assert got["m.py"].endswith("first()\nfirst(n=2), first()\n")

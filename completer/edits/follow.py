@@ -53,7 +53,9 @@ MAX_FILES = 200  # importing files a plan follows (a name imported by every file
 SCOPES = ("function_definition", "lambda", "function_declaration", "function_expression", "arrow_function",
           "method_definition", "method_declaration", "func_literal", "function_item", "closure_expression")
 BINDERS = {"assignment": "left", "variable_declarator": "name", "short_var_declaration": "left",
-           "let_declaration": "pattern"}  # a function that binds X itself shadows it
+           "let_declaration": "pattern", "for_statement": "left", "for_in_clause": "left",
+           "as_pattern_target": None, "lambda_parameters": None}  # a function (or comprehension) binding X shadows it
+COMPREHENSIONS = ("list_comprehension", "set_comprehension", "dictionary_comprehension", "generator_expression")
 IMPORTS = ("import_from_statement", "import_statement", "export_statement", "use_declaration", "import_declaration")
 
 
@@ -391,11 +393,13 @@ def _shadowing(snap: Snapshot, mine: list) -> list[tuple[int, int]]:
         if r != "name":
             continue
         p = n.parent
-        binds = k in params or (p is not None and p.type in BINDERS and p.child_by_field_name(BINDERS[p.type]) == n)
-        if p is not None and p.type in ("pattern_list", "expression_list") and p.parent is not None \
-                and p.parent.type in BINDERS:
-            binds = True
-        fn = _enclosing(n, SCOPES) if binds else None
+        if p is not None and p.type in ("pattern_list", "expression_list", "tuple_pattern", "list_pattern") \
+                and p.parent is not None and p.parent.type in BINDERS:
+            n, p = p, p.parent  # `for name, X in ...`: the pattern is the binder's field
+        binds = k in params or (p is not None and p.type in BINDERS
+                                and (BINDERS[p.type] is None or p.child_by_field_name(BINDERS[p.type]) == n))
+        fn = _enclosing(n, SCOPES + COMPREHENSIONS if p is not None and p.type == "for_in_clause" else SCOPES) \
+            if binds else None
         if fn is not None:
             out.append((fn.start_byte, fn.end_byte))
     return out
@@ -468,7 +472,7 @@ def _call_places(ch: Change, snap: Snapshot, text: str, path: str, uses: list, d
         if r == "member" and (src[k[0]:k[1]] != name or receiver(n, src) not in mods):
             continue
         args = call.child_by_field_name("arguments")
-        if args is None or args.type != "argument_list":
+        if args is None or args.type not in ("argument_list", "generator_expression"):
             continue
         got = _rewrite(ch, snap, args)
         if got is None:
@@ -491,7 +495,8 @@ def _rewrite(ch: Change, snap: Snapshot, args: Node) -> tuple[list[tuple[int, in
     """The argument list's edits (byte spans → text) for the new signature, and whether the call
     still needs an argument the user must write; None: a call left alone (splats, or it already
     fits the new signature)."""
-    items = [c for c in args.named_children if c.type != "comment"]
+    # `f(x for x in y)`: the generator is the one argument, its parentheses the call's
+    items = [args] if args.type == "generator_expression" else [c for c in args.named_children if c.type != "comment"]
     if any(c.type in ("list_splat", "dictionary_splat", "parenthesized_list_splat") for c in items):
         return None
     pos = [c for c in items if c.type != "keyword_argument"]

@@ -63,8 +63,13 @@ def _uses(resolver: Resolver, f: Outline, imp, name: str, targets: set[Target]) 
     if imp.name == "*":  # as if it were `from source import name`
         hit = targets & set(_targets(resolver.binds(f, replace(imp, name=name, alias=name))))
         return [Use(f.path, "star", "")] if hit else []
-    got = resolver.binds(f, imp)
     out = []
+    if f.language == "python" and imp.name == "" and "." in imp.alias:  # `import a.b` binds `a` too: `a.X`
+        head = imp.alias.split(".")[0]
+        mod = resolver.module(f, head)
+        if mod is not None and targets & set(_targets(resolver.lookup(mod, name, 1))):
+            out.append(Use(f.path, "module", head))
+    got = resolver.binds(f, imp)
     for t in got:
         if isinstance(t, Module):
             if targets & set(_targets(resolver.lookup(t, name, 1))) and imp.alias:
