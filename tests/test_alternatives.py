@@ -3,7 +3,8 @@ completion at its least sure tokens over the document's KV cache — the prompt 
 branch one token of prefill and the same tokens as a plain greedy decode from scratch; the main
 completion unchanged by asking for more; each judged by its own copy of the stop rule; the
 pipeline's post-processing and deduplication; and the surfaces: the language server's
-InlineCompletionList, /infill's n_cmpl and /v1/completions' n against a real `completer serve`."""
+InlineCompletionList, /infill's n_cmpl and /v1/completions' n against a real `completer serve`,
+Neovim's next/previous keys over the language server, the web editor's Alt-]/Alt-[ over serve."""
 from __future__ import annotations
 
 import json
@@ -217,3 +218,72 @@ def test_v1_completions_n_answers_choices(embedded_serve):
     assert streamed == dict(enumerate(texts))
     status, raw = post(embedded_serve, "/v1/completions", {**body, "n": 6})
     assert status == 400 and b'"n"' in raw
+
+
+@pytest.mark.slow
+def test_neovim_cycles_the_items_with_its_next_and_previous_keys(tmp_path):
+    """The plugin's <M-]> / <M-[> (vim.lsp.inline_completion.select) show the other items of the
+    language server's list, and back; Tab takes the one shown."""
+    from helpers import missing
+    from helpers.nvim import NVIM, WHY, Nvim, ghost_after, lsp_cmd, wait_ready
+
+    if NVIM is None:
+        missing(WHY)
+    src = tmp_path / "read.py"
+    src.write_text(PLACE.removesuffix(".\n") + "\n")  # the last line without its dot: typing it asks
+    nv = Nvim(tmp_path, lsp_cmd(), {"alternatives": 3, "min_confidence": 0, "next_edit": False, "debounce_ms": 0}, src)
+    try:
+        wait_ready(nv)
+        first = ghost_after(nv, "GA.")
+        items = nv.lua("T.ask()")["items"]
+        texts = [i["insertText"] for i in items]
+        assert len(texts) >= 2 and first[0]["lines"][0].startswith(texts[0].split("\n")[0]), (first, texts)
+
+        def showing(i: int) -> bool:  # Neovim writes "(i/n)" after a selected item's first line
+            g = [g for g in nv.lua("T.ghost()") if "".join(g["lines"]).strip()]
+            return bool(g) and g[0]["lines"][0].startswith(texts[i].split("\n")[0] + f" ({i + 1}/{len(texts)})")
+        nv.send("<M-]>")
+        nv.wait(lambda: showing(1), 10, "the second item shown")
+        nv.send("<M-[>")
+        nv.wait(lambda: showing(0), 10, "the first item again")
+        nv.send("<M-]>")
+        nv.wait(lambda: showing(1), 10, "the second item again")
+        before = nv.buffer()
+        nv.send("<Tab>")
+        after = nv.wait(lambda: (b := nv.buffer()) != before and b, 10, "the item taken")
+        assert after == before + texts[1], (after, texts)
+    finally:
+        nv.close()
+
+
+@pytest.mark.slow
+def test_the_web_editor_cycles_the_alternatives_with_alt_brackets(chromium, static_site, embedded_serve):
+    """?alternatives=3: the done frame's alternatives; Alt-] shows the next, Alt-[ the previous,
+    Tab takes the one shown."""
+    from urllib.parse import quote
+
+    from helpers import wait_for
+    from helpers.serve import TOKEN
+    from helpers.web import page_state
+
+    cdp = chromium
+    cdp.call("Page.enable")
+    ws = quote(f"ws://{embedded_serve}/ws", safe="")
+    cdp.call("Page.navigate", url=f"{static_site}/index.html?ws={ws}&token={TOKEN}&next=0&alternatives=3")
+    wait_for(lambda: page_state(cdp)["state"] == "ready", 60, "the page to connect", detail=lambda: page_state(cdp))
+    head = PLACE.removesuffix("\n")  # the cursor after "return f.": one request, there
+    cdp.js(f"(() => {{ const v = window.completerView; v.focus(); v.dispatch({{ changes: {{ from: 0, "
+           f"to: v.state.doc.length, insert: {json.dumps(PLACE)} }}, selection: {{ anchor: {len(head)} }} }}); }})()")
+    first = wait_for(lambda: (s := page_state(cdp))["ghost"].strip() and "page:" in s["latency"] and s, 60,
+                     "the ghost text", detail=lambda: page_state(cdp))["ghost"]
+    alt = "]", "BracketRight", 221
+    back = "[", "BracketLeft", 219
+    cdp.key(*alt, modifiers=1)  # Alt
+    second = wait_for(lambda: (g := page_state(cdp)["ghost"]) != first and g, 10, "the next alternative")
+    cdp.key(*back, modifiers=1)
+    wait_for(lambda: page_state(cdp)["ghost"] == first, 10, "the first completion again")
+    cdp.key(*alt, modifiers=1)
+    wait_for(lambda: page_state(cdp)["ghost"] == second, 10, "the alternative again")
+    cdp.key("Tab", "Tab", 9)
+    s = wait_for(lambda: (s := page_state(cdp))["value"] != PLACE and s, 10, "the alternative taken")
+    assert s["value"] == head + second + "\n", s["value"]
