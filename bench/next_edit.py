@@ -354,6 +354,98 @@ def _split_params(sig: str) -> list[str]:
     return out + ([cur] if cur.strip() else [])
 
 
+def _answer(index, texts: dict[str, str], rel: str, after: str, line: int, col: int, old_line: str, new_line: str):
+    from completer.edits.follow import Follower
+    from completer.edits.formats import HistoryItem
+
+    return Follower().answer(after, rel, line, col, [HistoryItem(rel, old_line, new_line)], language="python",
+                             read={**texts, rel: after}.get, importers=index.importers, providers=index.providers)
+
+
+def _import_tasks(root: Path, texts: dict[str, str], index, n: int, rng: random.Random) -> list[dict]:
+    """A name the file takes with `from M import …, N` (the last name of a one-line import, N
+    defined in M and in no other module), taken out of the import; the user's edit writes N at
+    its first use (that line had `None` there). Exact: the file as it was, import and all."""
+    import re
+
+    cands = []
+    for rel, text in texts.items():
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if not (isinstance(node, ast.ImportFrom) and node.lineno == node.end_lineno and node.names[-1].asname is None
+                    and node.names[-1].name != "*"):
+                continue
+            name = node.names[-1].name
+            if len({f for f, _ in index.providers(rel, name) if not f.endswith("__init__.py")}) != 1:
+                continue  # one definition (packages may re-export it)
+            lines = text.split("\n")
+            imp = lines[node.lineno - 1]
+            use = next((i for i in range(node.lineno, len(lines)) if re.search(rf"(?<![\w.]){re.escape(name)}\b", lines[i])
+                        and not lines[i].lstrip().startswith(("import ", "from ", "#"))), None)
+            if use is None or "(" in imp:
+                continue
+            cands.append((rel, node.lineno - 1, imp, name, use))
+    rng.shuffle(cands)
+    rows = []
+    for rel, at, imp, name, use in cands[:n]:
+        lines = texts[rel].split("\n")
+        cut = imp[:imp.rindex(name)].rstrip().rstrip(",") if imp.count(",") else None
+        before = lines[:at] + ([cut] if cut else []) + lines[at + 1:]
+        u = use - (0 if cut else 1)
+        new_line = before[u]
+        old_line = re.sub(rf"(?<![\w.]){re.escape(name)}\b", "None", new_line)
+        after = "\n".join(before)
+        col = re.search(rf"(?<![\w.]){re.escape(name)}\b", new_line).end()
+        got = _answer(index, texts, rel, after, u, col, old_line + "\n", new_line + "\n")
+        edits = [e for p in (got.all if got else []) if p.path == rel for e in p.edits]  # the region's and the jump's
+        final = apply_edits(after, edits)
+        rows.append({"task": f"{root.name}:{rel}:{at + 1} {name}", "shown": bool(edits),
+                     "exact": final == texts[rel], "source": got and got.source,
+                     "got": final.split("\n")[max(at - 1, 0):at + 2] if final != texts[rel] else None})
+    return rows
+
+
+def _quiet_tasks(texts: dict[str, str], index, n: int, rng: random.Random) -> list[dict]:
+    """Edits that need no follow-up: a number changed, a comment added at a line's end, a
+    statement added after a line; nothing should be offered."""
+    import re
+
+    files = [(rel, t) for rel, t in texts.items() if len(t) > 200]
+    rows = []
+    while len(rows) < n and files:
+        rel, text = rng.choice(files)
+        lines = text.split("\n")
+        i = rng.randrange(len(lines))
+        line = lines[i]
+        kind = rng.choice(("literal", "comment", "statement"))
+        if kind == "literal":
+            m = re.search(r"(?<![\w.])\d+(?![\w.])", line)
+            if m is None or line.lstrip().startswith("#"):
+                continue
+            new = line[:m.start()] + str(int(m.group()) + 1) + line[m.end():]
+        elif kind == "comment":
+            if not line.strip() or '"' in line or "'" in line or "#" in line:
+                continue
+            new = line + "  # note"
+        else:
+            if not line.strip() or line.rstrip().endswith((":", ",", "(", "[", "{", "\\")) or line.strip().startswith(("@", "#")):
+                continue
+            indent = line[:len(line) - len(line.lstrip())]
+            new = line + "\n" + indent + "count = 0"
+        after = "\n".join(lines[:i] + [new] + lines[i + 1:])
+        try:
+            ast.parse(after)
+        except SyntaxError:
+            continue
+        got = _answer(index, texts, rel, after, i + new.count("\n"), len(new.split("\n")[-1]), line + "\n", new + "\n")
+        rows.append({"task": f"{rel}:{i + 1} {kind}", "shown": got is not None, "exact": got is None,
+                     "source": got and got.source})
+    return rows
+
+
 def follow_quality(roots: list[Path], n: int, seed: int) -> dict:
     """Per package, `n` tasks of each kind made from its code, scored against an oracle:
     - rename: a top-level function or class (in the package, not its tests) used in >= 2 other
@@ -445,8 +537,16 @@ def follow_quality(roots: list[Path], n: int, seed: int) -> dict:
             row.update(task=f"{root.name}:{rel}:{line + 1} {node.name} ({kind}: {new})", source=ans and ans.source)
             rows[kind].append(row)
             done[kind] += 1
+        rows["import"] += _import_tasks(root, texts, index, n, rng)
+        rows["quiet"] += _quiet_tasks(texts, index, n * 3, rng)
         index.close()
     out = {}
+    for kind in ("import", "quiet"):
+        rs = rows.pop(kind, [])
+        if rs:
+            out[kind] = {"tasks": len(rs), "shown": round(sum(r["shown"] for r in rs) / len(rs), 4),
+                         "exact": round(sum(r["exact"] for r in rs) / len(rs), 4),
+                         "misses": [r for r in rs if r["shown"] != (kind == "import") or not r["exact"]][:8]}
     for kind, rs in rows.items():
         e, s, h = (sum(r[k] for r in rs) for k in ("expected", "suggested", "hit"))
         out[kind] = {"tasks": len(rs), "recall": round(h / e, 4) if e else None, "precision": round(h / s, 4) if s else None,

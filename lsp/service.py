@@ -579,7 +579,8 @@ class Service:
         opts, index = self.options, self.index
         return self.follower.answer(
             snap.text, self._edit_path(uri), line, col, history, language=snap.language, read=read,
-            importers=index.importers if index is not None else None, above=opts.next_edit_lines_above,
+            importers=index.importers if index is not None else None,
+            providers=index.providers if index is not None else None, above=opts.next_edit_lines_above,
             below=opts.next_edit_lines_below, max_lines=opts.next_edit_max_lines, tree=snap.tree)
 
     def _reader(self):

@@ -331,3 +331,59 @@ def test_a_generator_argument_removed_with_its_parameter(tmp_path):
              "first(x for x in y)\nfirst(a, n=2), first(b)\n"}
     got = _follow_all(tmp_path, files, "m.py", "def first(values, n=1):", "def first(n=1):")
     assert got["m.py"].endswith("first()\nfirst(n=2), first()\n")
+
+
+IMPORT_PKG = {
+    "pkg/__init__.py": "from .net import Session as Session, fetch as fetch\n",
+    "pkg/net.py": "def fetch(url):\n    return url\n\n\nclass Session:\n    pass\n",
+    "pkg/other.py": "def helper():\n    pass\n",
+    "pkg/dup_a.py": "def twin():\n    pass\n",
+    "pkg/dup_b.py": "def twin():\n    pass\n",
+}
+
+
+def _import_answer(tmp_path, files, path, old, new):
+    index = _workspace(tmp_path, files)
+    text, history, line, col = _change(files, path, old, new)
+    got = Follower().answer(text, path, line, col, history, language=None, read={**files, path: text}.get,
+                            importers=index.importers, providers=index.providers, below=2)
+    return text, got
+
+
+@pytest.mark.parametrize("path,before,old,new,after", [
+    # a default value is a use, not a binding; re-exported by the package the file imports from
+    ("app.py", "from pkg import Session\n\n\ndef f(x=1):\n    pass\n", "def f(x=1):", "def f(x=fetch):",
+     "from pkg import Session, fetch\n\n\ndef f(x=fetch):\n    pass\n"),
+    # a new import line after the file's imports, absolute where the file imports absolutely
+    ("app.py", "import os\n\n\ndef main():\n    return os.sep\n", "return os.sep", "return fetch(os.sep)",
+     "import os\nfrom pkg.net import fetch\n\n\ndef main():\n    return fetch(os.sep)\n"),
+    # added to the `from` line that already imports from that module
+    ("app.py", "from pkg.net import Session\n\nx = 1\n", "x = 1", "x = fetch(1)",
+     "from pkg.net import Session, fetch\n\nx = fetch(1)\n"),
+    # relative where the file imports its own package relatively
+    ("pkg/sub/use.py", "from ..other import helper\n\nhelper()\n", "helper()", "helper(fetch)",
+     "from ..net import fetch\nfrom ..other import helper\n\nhelper(fetch)\n"),  # in isort's order
+    # after the module docstring, with no import yet
+    ("app.py", '"""Doc."""\n\nx = 1\n', "x = 1", "x = Session()",
+     '"""Doc."""\nfrom pkg.net import Session\n\nx = Session()\n'),
+])
+def test_the_import_a_new_name_needs(tmp_path, path, before, old, new, after):
+    files = {**IMPORT_PKG, path: before, **({"pkg/sub/__init__.py": ""} if path.startswith("pkg/sub") else {})}
+    text, got = _import_answer(tmp_path, files, path, old, new)
+    assert got is not None and got.source == "import"
+    edits = got.edits + [e for p in ([got.jump] if got.jump else []) for e in p.edits]
+    assert apply_edits(text, edits) == after
+
+
+@pytest.mark.parametrize("before,old,new", [
+    ("x = 1\n", "x = 1", "x = twin()"),                                           # defined in two modules: no guess
+    ("x = 1\n", "x = 1", "x = len([])"),                                          # a builtin
+    ("def fetch():\n    pass\n\n\nx = 1\n", "x = 1", "x = fetch()"),              # bound in the file
+    ("from pkg import net\n\nx = 1\n", "x = 1", "x = net.fetch()"),               # an attribute, not a name
+    ("x = 1\n", "x = 1", "x = fetc"),                                             # half typed: nothing defines it
+    ("def f(fetch):\n    return 1\n", "return 1", "return fetch"),                # a parameter
+    ("try:\n    pass\nexcept E as fetch:\n    x = 1\n", "x = 1", "x = fetch"),  # an `as` target
+])
+def test_no_import_where_none_is_needed_or_it_is_ambiguous(tmp_path, before, old, new):
+    _, got = _import_answer(tmp_path, {**IMPORT_PKG, "app.py": before}, "app.py", old, new)
+    assert got is None

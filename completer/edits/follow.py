@@ -30,7 +30,10 @@ change replaces it. Torch-free."""
 from __future__ import annotations
 
 import bisect
+import builtins
 import hashlib
+import keyword
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -47,6 +50,7 @@ from .rename import callee, last_rename, receiver, renamed, roles
 
 Read = Callable[[str], "str | None"]  # a workspace path → its text now (the editor's, else the disk's)
 Importers = Callable[[str, str, str], list]  # (path, name, text before) → completer.workspace.refs.Use list
+Providers = Callable[[str, str], list]  # (path, name) → [(file, module)] defining the name (the index's)
 NEAR_BYTES = 200  # without the edit's lines in the text: the renamed definition is this close to the cursor
 MAX_EDITS = 16   # history items searched for the renamed definition
 MAX_FILES = 200  # importing files a plan follows (a name imported by every file of a monorepo)
@@ -55,6 +59,7 @@ SCOPES = ("function_definition", "lambda", "function_declaration", "function_exp
 BINDERS = {"assignment": "left", "variable_declarator": "name", "short_var_declaration": "left",
            "let_declaration": "pattern", "for_statement": "left", "for_in_clause": "left",
            "as_pattern_target": None, "lambda_parameters": None}  # a function (or comprehension) binding X shadows it
+_WORD = re.compile(r"[^\W\d]\w*")
 COMPREHENSIONS = ("list_comprehension", "set_comprehension", "dictionary_comprehension", "generator_expression")
 IMPORTS = ("import_from_statement", "import_statement", "export_statement", "use_declaration", "import_declaration")
 
@@ -110,7 +115,7 @@ def digest(text: str) -> str:
 
 # -- detecting a change --------------------------------------------------------------------------
 def detect(text: str, path: str, cursor: int, history: Sequence[HistoryItem], language: str | None,
-           importers: Importers | None = None) -> Change | None:
+           importers: Importers | None = None, providers: Providers | None = None) -> Change | None:
     """The change the user's last edit made at a definition near `cursor` (char offset), or None."""
     lang = language_for(language, path)
     if lang is None or query(lang, "defines") is None:
@@ -126,8 +131,135 @@ def detect(text: str, path: str, cursor: int, history: Sequence[HistoryItem], la
             if found := _renamed_definition(text, path, span, lang, *got, importers):
                 return found
     if lang == "python" and history and history[-1].path == path:
-        return _signature(text, path, cursor, history[-1], importers)
+        return _signature(text, path, cursor, history[-1], importers) or (
+            _needs_import(text, path, cursor, history[-1], providers) if providers is not None else None)
     return None
+
+
+# -- the import a new name needs ------------------------------------------------------------------
+PARAMS = ("parameters", "lambda_parameters", "default_parameter", "typed_parameter", "typed_default_parameter",
+          "list_splat_pattern", "dictionary_splat_pattern")
+
+
+def _needs_import(text: str, path: str, cursor: int, last: HistoryItem, providers: Providers) -> Change | None:
+    """A name the last edit brought in that nothing in the file binds, not a builtin, and that
+    exactly one workspace module defines at top level: the import it needs, in the file's style
+    (a relative import where the file uses them for its own package; added to an existing `from
+    <module> import` line)."""
+    words = set(_WORD.findall(last.new)) - set(_WORD.findall(last.old))
+    words = {w for w in words if not keyword.iskeyword(w) and not hasattr(builtins, w)}
+    at = _undo_at(text, last, cursor)
+    if not words or at is None:
+        return None
+    snap = parse_snapshot(text, "python")
+    if snap.tree is None:
+        return None
+    lo, hi = snap.byte_at(at), snap.byte_at(at + len(last.new))
+    used = [n for k, (r, n) in roles(captures(snap, "names", lo, hi)).items()
+            if r == "name" and lo <= k[0] and k[1] <= hi and _text(snap, n) in words and not _binding(n)]
+    for n in sorted(used, key=lambda n: abs(snap.char_at(n.end_byte) - cursor)):
+        name = _text(snap, n)
+        if _bound(snap, name):
+            continue
+        found = providers(path, name)
+        if len(found) == 1:
+            return Change("import", "python", path, "import", name, _import_source(snap, path, *found[0]))
+        if len(found) > 1 and len({f for f, _ in found if not f.endswith("__init__.py")}) == 1:
+            # one definition and packages re-exporting it: the module this file already imports from
+            sources = {_text(snap, c) for c in captures(snap, "bindings", 0, len(snap.source)).get("source", ())}
+            styled = [(f, m) for f, m in found if _import_source(snap, path, f, m) in sources]
+            best = styled[0] if styled else next((f, m) for f, m in found if not f.endswith("__init__.py"))
+            return Change("import", "python", path, "import", name, _import_source(snap, path, *best))
+    return None
+
+
+def _binding(n: Node) -> bool:
+    """Whether identifier `n` binds its name (a definition, parameter, assignment target, import,
+    `as` target, `global`), rather than uses it."""
+    p = n.parent
+    if p is None:
+        return False
+    if p.type in ("pattern_list", "tuple_pattern", "list_pattern", "expression_list") and p.parent is not None \
+            and p.parent.type in BINDERS:
+        n, p = p, p.parent
+    if p.type in BINDERS and (BINDERS[p.type] is None or p.child_by_field_name(BINDERS[p.type]) == n):
+        return True
+    if p.type in ("function_definition", "class_definition") and p.child_by_field_name("name") == n:
+        return True
+    if p.type == "named_expression" and p.child_by_field_name("name") == n:
+        return True
+    if p.type in ("default_parameter", "typed_default_parameter"):
+        return p.child_by_field_name("name") == n  # not its default value
+    return p.type in PARAMS or p.type in ("global_statement", "nonlocal_statement") or \
+        _enclosing(n, ("import_statement", "import_from_statement", "future_import_statement")) is not None
+
+
+def _bound(snap: Snapshot, name: str) -> bool:
+    """Whether anything in the file binds `name`."""
+    return any(_text(snap, n) == name and _binding(n)
+               for n in captures(snap, "names", 0, len(snap.source)).get("name", ()))
+
+
+def _import_source(snap: Snapshot, path: str, target: str, module: str) -> str:
+    """The module as this file's imports would write it: relative (`.m`, `..pkg.m`) where the
+    file imports its own package relatively and the target is in that package, else `module`."""
+    relative = any(_text(snap, s).startswith(".") for s in captures(snap, "bindings", 0, len(snap.source)).get("source", ()))
+    mine, theirs = path.split("/")[:-1], target.rsplit(".", 1)[0].split("/")
+    if not relative or not mine or not theirs or mine[0] != theirs[0]:
+        return module
+    k = 0
+    while k < len(mine) and k < len(theirs) - 1 and mine[k] == theirs[k]:
+        k += 1
+    rest = [t for t in theirs[k:] if t != "__init__"]
+    return "." * (len(mine) - k + 1) + ".".join(rest)
+
+
+def _sort_key(module: str, name: str = "") -> tuple:
+    """isort's order of `from` imports: `from . import` first, then by module, then by name."""
+    return module.lstrip(".") != "", module.lower(), name.lower()
+
+
+def _import_places(ch: Change, snap: Snapshot, text: str) -> list[Place]:
+    """The import the name needs, as the file writes its imports: added to the `from <source>
+    import a, b` statement when the file groups names (it has a statement with several), else a
+    line of its own — after the last line importing from the same module, else after the last
+    `from` import whose module sorts before it (isort's order), else after the imports (after
+    the docstring, at the top)."""
+    if _bound(snap, ch.old):
+        return []
+    root, starts = snap.tree.root_node, line_starts(text)
+    imports = [c for c in root.named_children if c.type in ("import_statement", "import_from_statement",
+                                                            "future_import_statement")]
+    froms = [(c, _text(snap, c.child_by_field_name("module_name")), c.children_by_field_name("name"))
+             for c in imports if c.type == "import_from_statement" and c.child_by_field_name("module_name") is not None]
+    grouped = any(len(names) > 1 for _, _, names in froms)
+    same = [(c, names) for c, mod, names in froms if mod == ch.new and names]
+    if same and (grouped or len(same) == 1 and len(froms) == 1):
+        end = snap.char_at(same[-1][1][-1].end_byte)
+        line = _line(starts, end)
+        e = TextEdit(line, end - starts[line], line, end - starts[line], f", {ch.old}")
+        return [Place(ch.origin, line, e.start_col, line, e.start_col, (e,), digest(text))]
+    mine = _sort_key(ch.new, ch.old)
+    peers = [(c, _sort_key(mod, _text(snap, names[0]) if names else "")) for c, mod, names in froms
+             if (mod == ch.new if same else mod.startswith(".") == ch.new.startswith("."))]
+    later = [c for c, k in peers if k > mine]
+    if later:  # before the first that sorts after it
+        line = _line(starts, snap.char_at(later[0].start_byte))
+    elif peers or imports:
+        line = _line(starts, snap.char_at((peers[-1][0] if peers else imports[-1]).end_byte)) + 1
+    else:
+        first = root.named_children[0] if root.named_children else None
+        doc = first is not None and first.type == "expression_statement" and first.named_children \
+            and first.named_children[0].type == "string"
+        line = _line(starts, snap.char_at(first.end_byte)) + 1 if doc else 0
+    new = f"from {ch.new} import {ch.old}\n"
+    if line < len(starts):
+        e = TextEdit(line, 0, line, 0, new)
+    else:  # after the last line, which has no line end
+        line = len(starts) - 1
+        end = len(text) - starts[line]
+        e = TextEdit(line, end, line, end, "\n" + new.rstrip("\n"))
+    return [Place(ch.origin, e.start_line, e.start_col, e.start_line, e.start_col, (e,), digest(text))]
 
 
 def _renamed_definition(text: str, path: str, span: tuple[int, int], lang: str, x: str, y: str,
@@ -261,8 +393,9 @@ class Follower:
             self.dismissed, self.change, self.done = self.change, None, {}
 
     def answer(self, text: str, path: str, line: int, col: int, history: Sequence[HistoryItem], *,
-               language: str | None, read: Read, importers: Importers | None = None, above: int = 3,
-               below: int = 20, max_lines: int = 40, tree=None) -> Answer | None:
+               language: str | None, read: Read, importers: Importers | None = None,
+               providers: Providers | None = None, above: int = 3, below: int = 20, max_lines: int = 40,
+               tree=None) -> Answer | None:
         """The edits inside the editable region around (line, col) of `text`, the file at `path`
         (region.py, with `above`, `below`, `max_lines`) and the jump to the next place outside
         it, for the change the last edit made at a definition or the one being followed; None
@@ -275,7 +408,7 @@ class Follower:
         except RegionError:
             region = (line, line + 1)
         cursor = _offset(text, line, col)
-        got = detect(text, path, cursor, history, language, importers)
+        got = detect(text, path, cursor, history, language, importers, providers)
         with self._lock:
             if got is not None and got == self.dismissed:
                 got = None
@@ -331,6 +464,8 @@ def places(ch: Change, path: str, text: str, done: set[str] = frozenset()) -> li
     uses = [u for u in ch.uses if u.path == path]
     if path != ch.origin and not uses:
         return []
+    if ch.kind == "import":
+        return _import_places(ch, snap, text) if path == ch.origin else []
     if ch.kind == "rename":
         sites = _rename_sites(ch, snap, path, uses)
         return _group(path, snap, text, [(s, e, ch.new if not short else f"{ch.old}: {ch.new}") for s, e, short in sites])

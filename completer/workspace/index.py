@@ -32,7 +32,7 @@ from ..config import WorkspaceOptions
 from ..documents import MAX_PARSE_BYTES, Snapshot, encode, is_binary, language_for, parse_from, shared_ends
 from .files import Walk, nameable, read_bytes, read_source, resolve
 from .outline import Outline, outline
-from .refs import Use, importers
+from .refs import Use, importers, providers, python_import_name
 from .resolve import Resolver, python_module_name
 from .retrieve import Snippet, View, retrieve
 from .similar import Windows, windows
@@ -177,6 +177,23 @@ class WorkspaceIndex:
             outlines = self._outlines if mine is None else {**self._outlines, rel: mine}
             resolver = Resolver(outlines, self._dirs, self._py, self.root, self.go_module)
             return importers(resolver, outlines, rel, name)
+
+    def providers(self, path: str | Path, name: str) -> list[tuple[str, str]]:
+        """The files other than `path` that define `name` at top level, with the module name an
+        import uses (refs.providers), then the packages whose `__init__` re-exports a single such
+        definition: where a name used but not bound in `path` may come from."""
+        rel = self.rel(path)
+        lang = language_for(None, rel) if rel is not None else None
+        if rel is None or lang is None:
+            return []
+        with self._lock:
+            found = providers(self._outlines, rel, name, lang)
+            if lang == "python" and len(found) == 1:  # and the packages re-exporting it (`from pkg import name`)
+                resolver = Resolver(self._outlines, self._dirs, self._py, self.root, self.go_module)
+                found += [(u.path, python_import_name(self._outlines, u.path))
+                          for u in importers(resolver, self._outlines, found[0][0], name)
+                          if u.path.endswith("__init__.py") and u.how == "name" and u.alias == name and u.path != rel]
+            return found
 
     def _count(self, text: str) -> int:
         """Token counts memoised: the same signatures and windows come back keystroke after keystroke."""

@@ -81,3 +81,28 @@ def _uses(resolver: Resolver, f: Outline, imp, name: str, targets: set[Target]) 
 
 def _targets(items) -> list[Target]:
     return [t for t in items if not isinstance(t, Module)]
+
+
+def providers(outlines: Mapping[str, Outline], rel: str, name: str, language: str) -> list[tuple[str, str]]:
+    """Files other than `rel` that define `name` at top level (a function, class or variable, not
+    an import of it), each with the module path an import names it by (Python: dotted from the
+    top package, whose directories hold `__init__.py`), in path order."""
+    out = []
+    for path, o in sorted(outlines.items()):
+        if path == rel or o.language != language:
+            continue
+        if any(o.definitions[i].kind in ("function", "class", "variable") for i in o.top.get(name, ())):
+            out.append((path, python_import_name(outlines, path) if language == "python" else path))
+    return out
+
+
+def python_import_name(outlines: Mapping[str, Outline], path: str) -> str:
+    """`src/pkg/sub/m.py` → `pkg.sub.m` (the directories above the top package are not in it)."""
+    parts = path.rsplit(".", 1)[0].split("/")
+    top = len(parts) - 1  # up while the directory above is a package
+    while top > 0 and "/".join(parts[:top]) + "/__init__.py" in outlines:
+        top -= 1
+    mod = parts[top:]
+    if mod and mod[-1] == "__init__":
+        mod = mod[:-1]
+    return ".".join(mod)
