@@ -50,13 +50,14 @@ def token_logprobs(logits: torch.Tensor, ids: list[int]) -> tuple[list[float], l
     if not ids:
         return [], []
     rows = logits[: len(ids)].float()  # [n, V]
-    picked = torch.tensor(ids)
+    picked = torch.tensor(ids, device=rows.device)
     lse = torch.logsumexp(rows, -1)  # [n]
     top_v, top_i = rows.topk(2, -1)  # [n, 2]
     other = (top_i[:, 0] == picked).long()[:, None]  # the emitted token is the best: its runner-up is second
     alt_i, alt_v = top_i.gather(1, other)[:, 0], top_v.gather(1, other)[:, 0] - lse
     # one host sync: the loop cuts on them (ids < 2**24 are exact in float32)
-    lps, alt, alt_lp = torch.stack([rows[torch.arange(len(ids)), picked] - lse, alt_i.float(), alt_v]).tolist()
+    lps, alt, alt_lp = torch.stack([rows[torch.arange(len(ids), device=rows.device), picked] - lse, alt_i.float(),
+                                    alt_v]).tolist()
     return lps, [(int(i), lp) for i, lp in zip(alt, alt_lp, strict=True)]
 
 
