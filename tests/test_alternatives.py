@@ -88,6 +88,30 @@ def test_branches_share_the_prompt_and_decode_as_greedy_from_scratch(tok):
     assert st["alternatives"] == len(c.alternatives) and st["prefill_tokens"] == c.prompt_tokens
 
 
+def test_no_branch_once_a_newer_request_for_the_document_came(tok):
+    """The branches never supersede a newer request: a record bumped by one (or a ticket of the
+    document waiting) leaves none; the same call without it branches."""
+    from completer.engine.alternatives import alternatives
+    from completer.engine.records import Record
+    from completer.engine.sampling import Sampling
+
+    e = engine(random_pair(tok))
+    prompt = e.fim_prompt(PREFIX, SUFFIX)
+    ids, st = e.complete_ids(prompt, doc_key="a")
+    rec = Record(PREFIX, SUFFIX)
+    branch = lambda: alternatives(e, rec, "a", prompt, ids, st, len(ids), 2, None, None, None, Sampling())
+    assert branch()
+    rec.epoch += 1  # what Engine._newer_request does for every request after this one
+    assert branch() == []
+    rec.epoch = 0
+    waiting = e.sched.acquire("a")  # a newer request holds the document
+    try:
+        assert branch() == []
+    finally:
+        e.sched.release(waiting)
+    assert branch()
+
+
 def test_the_option_sets_the_default_and_is_bounded(tok):
     pair = random_pair(tok)
     e = engine(pair, alternatives=3)
