@@ -82,6 +82,8 @@ class Completion:
     confidence: float | None = None   # the least sure shown token's probability (None: the engine gave no scores)
     unsure_text: str = ""             # what the confidence gate held back (completer/confidence.py)
     type_through: bool = False        # served from the document's previous completion: no model call
+    prefetched: bool = False          # served from the continuation computed before the request (the
+    #                                   shown completion accepted): no model call at request time
     edit_format: str | None = None    # a next edit (rewrite): the format its answer was read in
     malformed: bool = False           # a next edit: the answer held no editable region
     # other completions to cycle through, best first (engine/alternatives.py; the pipeline keeps those
@@ -112,7 +114,7 @@ class Completion:
 
 _FIELDS = ("text", "new_tokens", "target_forwards", "accepted_per_forward", "ttft_ms", "total_ms",
            "speculative", "prompt_tokens", "prefill_tokens", "stop_reason", "token_ids", "confidence",
-           "unsure_text", "type_through", "edit_format", "malformed")
+           "unsure_text", "type_through", "prefetched", "edit_format", "malformed")
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,8 @@ StopText = TextStop | Callable[[str], "int | None"]  # a plain callable: a stop 
 
 def stop_reason(stop: StopText) -> StopReason:
     """Why `stop` finished a completion: its declared reason, else STOP."""
-    return (stop.reason if isinstance(stop, TextStop) else None) or StopReason.STOP
+    why = stop.reason if isinstance(stop, TextStop) else None
+    return StopReason(why) if why else StopReason.STOP  # an undeclared reason raises: declare it
 
 
 def accepted_count(text: str, accepted: bool, accepted_chars: int | None) -> int:

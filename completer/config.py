@@ -125,6 +125,8 @@ class EngineConfig:
     warmup_chunk: int = opt(32, "warmup prefill chunk: the most an interactive request waits on it", lo=1,
                             hi=4096, project="no")
     type_through: bool = opt(True, "serve the rest of the last completion when the user types it")
+    prefetch: bool = opt(True, "while idle, complete after the shown completion as if accepted, so that "
+                               "accepting it and asking again answers at once")
     min_confidence: float | None = opt(None, "show a completion only up to the first token the model gives a "
                                        "lower probability (nothing when no word is left); unset: the model's "
                                        "calibrated value (completer_min_confidence in its config.json), else off; "
@@ -541,6 +543,10 @@ ENVIRONMENT = {
     "XDG_CACHE_HOME": "the native decode step is compiled into $XDG_CACHE_HOME/completer/native (default ~/.cache)",
     "COMPLETER_NATIVE": "0 turns the native CPU decode step off (the NumPy step serves)",
     "COMPLETER_NATIVE_AMX": "0 keeps the native step's int8 products off AMX tiles (AVX-512 VNNI serves)",
+    # read by kernels/ (below config in the import order, so it reads them itself; tests/test_config.py
+    # checks that what it reads is listed here)
+    "CXX": "the C++ compiler that builds the native decode step (default: g++, then c++ on the PATH)",
+    "TRITON_INTERPRET": "1 runs the Triton kernels in Triton's interpreter (tests on machines without a GPU)",
 }
 
 

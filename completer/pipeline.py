@@ -29,7 +29,7 @@ from .documents import (
     offset_at,
     snapshot_around,
 )
-from .fim import SENTINEL_TOKENS, render_extra
+from .fim import MAX_CHARS_PER_TOKEN, SENTINEL_TOKENS, chunks_budget, render_extra
 from .syntax import (
     Context,
     Mode,
@@ -41,7 +41,7 @@ from .syntax import (
     postprocess,
     select_context,
 )
-from .syntax.context import MAX_CHARS_PER_TOKEN, enclosing_definition
+from .syntax.context import enclosing_definition
 from .syntax.deadline import NEVER, Deadline
 from .syntax.decision import Dropped, SyntaxDecision
 from .syntax.stream import Stream
@@ -163,8 +163,8 @@ def prompt_for(engine: EngineClient, snap: Snapshot, offset: int, options: Compl
             snippets = _LAST.choose(workspace, rel, enclosing_definition(snap, offset), fresh, share)
     chunks = tuple(extra) + tuple(Chunk(s.path, s.text) for s in snippets)
     # what the engine adds around them (a path comment each, or a file separator and the path)
-    # (the engine keeps chunks within half the budget: engine/prompt.build_prompt)
-    spent = min(engine.count_tokens(render_extra("none", chunks, snap.language)), budget // 2) if chunks else 0
+    # (the engine keeps chunks within fim.chunks_budget: engine/prompt.build_prompt)
+    spent = min(engine.count_tokens(render_extra("none", chunks, snap.language)), chunks_budget(budget)) if chunks else 0
     window = select_context(snap, offset, engine.count_tokens, budget - spent, options.syntax, deadline)
     here = rel or (Path(path).name if path else "")
     own = tuple(Entry(sp.kind, here, first_line + _line_of(snap.text, sp.start),

@@ -82,6 +82,16 @@ def check_type_through(e, v):
     assert (c.stop_reason == "type_through") == v
 
 
+def check_prefetch(e, v):
+    """On: once a completion is shown its continuation is computed, and asking after it is served from it."""
+    first = e.complete(PREFIX, SUFFIX, doc_key="p")
+    assert first.text
+    rec = e.prefetches.get("p")
+    with rec.cond:
+        assert rec.cond.wait_for(lambda: rec.done, timeout=120)
+    assert e.complete(PREFIX + first.text, SUFFIX, doc_key="p").prefetched == v
+
+
 def check_alternatives(e, v):
     """From the next request on, a completion comes with up to v - 1 others to cycle."""
     assert 1 <= len(e.complete(PREFIX, SUFFIX, doc_key="alt").alternatives) <= v - 1
@@ -108,6 +118,7 @@ LIVE = {
     "batch_step_tokens": (0, check_scheduler),
     "warmup_chunk": (8, check_warmup_chunk),
     "type_through": (True, check_type_through),
+    "prefetch": (True, check_prefetch),
     "alternatives": (3, check_alternatives),
     "min_confidence": (1.0, check_min_confidence),
 }

@@ -10,14 +10,7 @@ from completer.client import Completion, StopReason
 from completer.engine.stats import COUNTERS, GAUGES, METRICS, stop_counter
 from completer.serve.metrics import Metrics
 
-EXPORTED = ["alternative_tokens", "alternatives", "amx_rows", "batch_steps", "batched_calls", "cache_hits", "ctx",
-            "draft_weight_bytes", "evictions", "feedback_accepted", "feedback_accepted_chars", "feedback_rejected",
-            "generated_tokens", "kv_budget_bytes", "kv_bytes", "kv_bytes_per_document", "kv_cached_documents",
-            "kv_live_bytes", "min_confidence_in_force", "prefill_tokens", "prompt_budget", "queue_live",
-            "queue_waiting", "record_chars", "records", "requests", "rewrites", "stops_cancelled", "stops_context",
-            "stops_degenerate", "stops_eos", "stops_gated", "stops_length", "stops_stop", "stops_superseded",
-            "stops_syntax", "stops_type_through", "stops_unknown", "stops_unsure", "stops_untrained", "superseded",
-            "target_weight_bytes", "tokens_reused", "type_through", "warmup_preempted", "warmup_tokens", "warmups"]
+EXPORTED = ["alternative_tokens", "alternatives", "amx_rows", "batch_steps", "batched_calls", "cache_hits", "ctx", "draft_weight_bytes", "evictions", "feedback_accepted", "feedback_accepted_chars", "feedback_rejected", "generated_tokens", "kv_budget_bytes", "kv_bytes", "kv_bytes_per_document", "kv_cached_documents", "kv_live_bytes", "min_confidence_in_force", "prefetch_served", "prefetch_tokens", "prefetches", "prefill_tokens", "prompt_budget", "queue_live", "queue_waiting", "record_chars", "records", "requests", "rewrites", "stops_cancelled", "stops_context", "stops_degenerate", "stops_eos", "stops_gated", "stops_length", "stops_stop", "stops_superseded", "stops_syntax", "stops_type_through", "stops_unknown", "stops_unsure", "stops_untrained", "superseded", "target_weight_bytes", "tokens_reused", "type_through", "warmup_preempted", "warmup_tokens", "warmups"]
 
 
 def test_the_exported_metric_names_are_the_declared_ones():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -39,12 +40,13 @@ from ..config import OPTIONS, EngineConfig
 from ..edits.formats import EditFormat, EditPrompt, edit_budget, read_answer
 from ..edits.formats import detect as detect_edit_format
 from ..fim import FimFormat, token_id
+from .adaptive import AdaptiveK
 from .alternatives import MAX as ALTERNATIVES
 from .alternatives import alternatives, shown_text
 from .batch import Via
 from .caches import DocCache, kv_reserve_bytes
 from .calibrate import choose_amx_rows, measure_step_costs
-from .drafters import AdaptiveK, CombinedDrafter, Drafter, EditDrafter, FastPathDrafter, ModelDrafter
+from .drafters import CombinedDrafter, Drafter, EditDrafter, FastPathDrafter, ModelDrafter
 from .models import ModelError, Pair, load_pair, quantize_draft
 from .prompt import build_prompt, encode_text
 from .quant import model_bytes
@@ -55,9 +57,21 @@ from .scheduler import INTERACTIVE, WARMUP, Scheduler, SchedulerConfig
 from .speculative import GenStats, StopRule, generate
 from .stats import COUNTERS, stop_counter
 
+log = logging.getLogger(__name__)
+
 # The options reconfigure applies to a live engine: every EngineConfig option the schema does
 # not mark reload (those need new models or runners: a new Engine).
 LIVE_OPTIONS = tuple(f.name for f in fields(EngineConfig) if not OPTIONS[f.name].meta["reload"])
+
+
+class _Busy:
+    """A prefetch's cancel flag: set while interactive work waits or runs (it never delays a request)."""
+
+    def __init__(self, sched: Scheduler):
+        self.sched = sched
+
+    def is_set(self) -> bool:
+        return self.sched.should_yield()
 
 
 def to_completion(text: str, ids: list[int], st: GenStats, speculative: bool, shown: int | None = None,
@@ -109,6 +123,7 @@ class Engine:
                                if m is not None)  # one document's caches, reserved
         self.caches: OrderedDict[str, DocCache] = OrderedDict()  # LRU order; guarded by sched.cond
         self.records = Records()
+        self.prefetches = Records()  # each document's continuation of its shown completion (_prefetch)
         self.sched = Scheduler(_scheduler_config(cfg), self._admit)
         self._stats_lock = threading.Lock()
         self.step_costs: tuple[float, list[float] | None] = (0.06, None)  # (c, verify costs) for
@@ -164,6 +179,7 @@ class Engine:
         """The editor closed the document: free its caches unless a request is using them."""
         with self.sched.cond:
             self.records.pop(doc_key)
+            self.prefetches.pop(doc_key)
             if doc_key in self.sched.live or doc_key not in self.caches:
                 return False
             del self.caches[doc_key]
@@ -239,18 +255,19 @@ class Engine:
                   stop, cancel, on_tokens, record: Record | None,
                   node_kind: str | None = None, sampling: Sampling | None = None,
                   draft: tuple[Drafter | None, AdaptiveK | None] | None = None,
-                  eos: frozenset[int] | None = None, floor: float = confidence.OFF) -> tuple[list[int], GenStats, float]:
+                  eos: frozenset[int] | None = None, floor: float = confidence.OFF,
+                  priority: int = INTERACTIVE) -> tuple[list[int], GenStats, float]:
         """Run one generation under a scheduler ticket → (ids, stats, ms spent queued). `draft`:
         a drafter made for this generation and its draft lengths (instead of the `drafter` kind's
         over the document's cache); `eos`: the stop ids (default: the FIM format's); `floor`: the
-        confidence gate's (generate)."""
+        confidence gate's (generate); `priority`: WARMUP for work nobody waits for (a prefetch)."""
         max_new = max_new or self.cfg.max_new_tokens
         sampling = sampling or self.sampling
         if not prompt:
             raise ModelError("empty prompt")
         if len(prompt) + 1 > self.ctx:
             raise ModelError(f"prompt of {len(prompt)} tokens does not fit the model's context of {self.ctx}")
-        t = self.sched.acquire(doc_key, INTERACTIVE)
+        t = self.sched.acquire(doc_key, priority)
         try:
             if not t.live:  # superseded while it waited
                 ids, st = [], GenStats(prompt_tokens=len(prompt), stop_reason=StopReason.SUPERSEDED)
@@ -269,7 +286,7 @@ class Engine:
         if t.superseded.is_set():
             st.stop_reason = StopReason.SUPERSEDED
         reused = st.prompt_tokens - st.prefill_tokens if t.resource is not None else 0
-        self._count(requests=1, tokens_reused=reused, cache_hits=int(reused > 0), prefill_tokens=st.prefill_tokens,
+        self._count(requests=int(priority == INTERACTIVE), tokens_reused=reused, cache_hits=int(reused > 0), prefill_tokens=st.prefill_tokens,
                     generated_tokens=st.new_tokens, superseded=int(t.superseded.is_set()))
         return ids, st, t.queue_ms
 
@@ -304,10 +321,43 @@ class Engine:
             c = self._follow(old, typed, cancel, on_text, t0)
             if c is not None:
                 return c
-        prompt = self.fim_prompt(prefix, suffix, max_new, extra)
+        ahead = self._take_prefetch(doc_key, prefix, suffix)
+        if ahead is not None:  # the user accepted the shown completion: its continuation is (being) made
+            with self.sched.cond:
+                self.records.put(doc_key, ahead)  # a newer request stops this one following it
+            c = self._follow(ahead, "", cancel, on_text, t0, stop_text)
+            if c is not None:
+                self._remember(doc_key, prefix, suffix, c.text)
+                self._prefetch(doc_key, prefix, suffix, c.text, max_new, extra)
+                return c
         rec = Record(prefix, suffix)
         with self.sched.cond:
             self.records.put(doc_key, rec)
+        n, spare = min(n or self.cfg.alternatives, ALTERNATIVES), copy.copy(stop_text)  # the branches' stop: unjudged
+        try:
+            text, ids, st, queue_ms, unsure = self._decode_into(rec, prefix, suffix, doc_key, max_new, stop_text,
+                                                                cancel, on_text, node_kind, sampling, extra)
+        except BaseException:
+            rec.update(rec.text, done=True)
+            raise
+        self._count(**{stop_counter(st.stop_reason): 1})
+        rec.update(text, done=True, ok=st.stop_reason not in (StopReason.CANCELLED, StopReason.SUPERSEDED))
+        alts = (alternatives(self, rec, doc_key, self.fim_prompt(prefix, suffix, max_new, extra), ids, st,
+                             self._tokens_in(ids, text), n - 1, max_new, spare, cancel, sampling or self.sampling)
+                if n > 1 and rec.ok and text.strip() else [])
+        st.total_ms = (time.perf_counter() - t0) * 1e3
+        if rec.ok:
+            self._prefetch(doc_key, prefix, suffix, text, max_new, extra)
+        return to_completion(text, ids, st, self.speculative, self._tokens_in(ids, text), unsure, queue_ms,
+                             alternatives=alts)
+
+    def _decode_into(self, rec: Record, prefix: str, suffix: str, doc_key: str, max_new: int | None,
+                     stop_text: StopText | None, cancel, on_text, node_kind: str | None,
+                     sampling: Sampling | None, extra: Sequence[Chunk], priority: int = INTERACTIVE,
+                     ) -> tuple[str, list[int], GenStats, float, str]:
+        """Generate the completion at (prefix, suffix) into `rec` as it is verified → (text, ids,
+        stats, ms queued, what the confidence gate held back)."""
+        prompt = self.fim_prompt(prefix, suffix, max_new, extra)
         cut: list[int | None] = [None]
         out_ids: list[int] = []
         floor = confidence.floor(confidence.resolve(self.cfg.min_confidence, self.calibrated_confidence))
@@ -328,22 +378,60 @@ class Engine:
             if on_text is not None and len(text) > sent:
                 on_text(text[sent:])
 
-        n, spare = min(n or self.cfg.alternatives, ALTERNATIVES), copy.copy(stop_text)  # the branches' stop: unjudged
-        try:
-            ids, st, queue_ms = self._generate(prompt, doc_key, max_new, None, stop, cancel, on_tokens, rec,
-                                               node_kind, sampling, floor=floor)
-        except BaseException:
-            rec.update(rec.text, done=True)
-            raise
+        ids, st, queue_ms = self._generate(prompt, doc_key, max_new, None, stop, cancel, on_tokens, rec,
+                                           node_kind, sampling, floor=floor, priority=priority)
         text, unsure = shown_text(self.decode, ids, cut[0], st.unsure)
-        self._count(**{stop_counter(st.stop_reason): 1})
-        rec.update(text, done=True, ok=st.stop_reason not in (StopReason.CANCELLED, StopReason.SUPERSEDED))
-        alts = (alternatives(self, rec, doc_key, prompt, ids, st, self._tokens_in(ids, text), n - 1, max_new, spare,
-                             cancel, sampling or self.sampling)
-                if n > 1 and rec.ok and text.strip() else [])
-        st.total_ms = (time.perf_counter() - t0) * 1e3
-        return to_completion(text, ids, st, self.speculative, self._tokens_in(ids, text), unsure, queue_ms,
-                             alternatives=alts)
+        return text, ids, st, queue_ms, unsure
+
+    # -- the next completion before Tab (prefetch) --------------------------------------------------
+    def _prefetch(self, doc_key: str, prefix: str, suffix: str, text: str, max_new: int | None,
+                  extra: Sequence[Chunk]) -> None:
+        """`text` was shown at (prefix, suffix): once the engine is idle, complete as if the user
+        accepted it (the document's cache already holds it), so that accepting and asking again is
+        answered at once. Warmup priority: it waits for interactive work, stops when some arrives
+        (Scheduler.should_yield) and is superseded by any other request for the document."""
+        if not (self.cfg.prefetch and text.strip()):
+            return
+        rec = Record(prefix + text, suffix)
+        with self.sched.cond:
+            self.prefetches.put(doc_key, rec)
+        threading.Thread(target=self._prefetch_run, args=(rec, doc_key, max_new, tuple(extra)),
+                         name="completer-prefetch", daemon=True).start()
+
+    def _prefetch_run(self, rec: Record, doc_key: str, max_new: int | None, extra: tuple[Chunk, ...]) -> None:
+        try:
+            text, _, st, _, _ = self._decode_into(rec, rec.prefix, rec.suffix, doc_key, max_new, None,
+                                                  _Busy(self.sched), None, None, None, extra, WARMUP)
+            rec.reason = st.stop_reason
+            rec.update(text, done=True, ok=st.stop_reason not in (StopReason.CANCELLED, StopReason.SUPERSEDED))
+            self._count(prefetches=1, prefetch_tokens=st.new_tokens)
+        except Exception:  # a prefetch is optional: the request that needs it generates
+            log.debug("prefetch failed", exc_info=True)
+            rec.update(rec.text, done=True)
+
+    def _take_prefetch(self, doc_key: str, prefix: str, suffix: str) -> Record | None:
+        """The document's prefetched continuation if it is for exactly this request (taken: it is
+        served once), else None (and a stale one is dropped)."""
+        with self.sched.cond:
+            rec = self.prefetches.get(doc_key)
+            if rec is None:
+                return None
+            self.prefetches.pop(doc_key)
+        return rec if (rec.prefix, rec.suffix) == (prefix, suffix) and self.cfg.prefetch else None
+
+    def _prefetch_covers(self, doc_key: str, prefix: str, suffix: str) -> bool:
+        """Whether a prefetch in flight or done for the document already computes (prefix, suffix)
+        or the way there (the user typing through the shown completion)."""
+        with self.sched.cond:
+            rec = self.prefetches.get(doc_key)
+        return rec is not None and rec.suffix == suffix and rec.prefix.startswith(prefix)
+
+    def _remember(self, doc_key: str, prefix: str, suffix: str, text: str) -> None:
+        """`text` is shown at (prefix, suffix): type-through serves from it from now on."""
+        rec = Record(prefix, suffix)
+        rec.update(text, done=True, ok=True)
+        with self.sched.cond:
+            self.records.put(doc_key, rec)
 
     def _tokens_in(self, ids: list[int], text: str) -> int:
         """How many of `ids` the (possibly cut) `text` holds whole."""
@@ -439,13 +527,15 @@ class Engine:
                 old.cond.notify_all()
         return old
 
-    def _follow(self, rec: Record, typed: str, cancel, on_text, t0: float) -> Completion | None:
+    def _follow(self, rec: Record, typed: str, cancel, on_text, t0: float,
+                stop_text: StopText | None = None) -> Completion | None:
         """Serve the rest of `rec`'s completion after `typed`, streaming it while it is still being
-        generated. None when it turns out not to match (the caller generates)."""
+        generated. None when it turns out not to match (the caller generates). With `stop_text`
+        (a prefetched continuation, generated without this request's rule): cut where it says."""
         with rec.cond:
             rec.followers += 1
             epoch = rec.epoch
-        sent, ttft = len(typed), None
+        sent, ttft, cut = len(typed), None, None
         try:
             while True:
                 with rec.cond:
@@ -455,6 +545,8 @@ class Engine:
                 gone = rec.epoch != epoch or (cancel is not None and cancel.is_set())
                 if not text.startswith(typed):
                     return None  # the finished (cut) text no longer covers what was typed
+                if stop_text is not None and len(text) > sent and (cut := stop_text(text[len(typed):])) is not None:
+                    text, done, ok = text[:len(typed) + cut], True, True  # finished for this request
                 if len(text) > sent:  # the rest, also when the generation finished first
                     ttft = ttft if ttft is not None else (time.perf_counter() - t0) * 1e3
                     if on_text is not None:
@@ -469,10 +561,12 @@ class Engine:
             return None  # its generation was cancelled before finishing: generate afresh
         rest = text[len(typed):]
         total = (time.perf_counter() - t0) * 1e3
-        st = GenStats(ttft_ms=ttft if ttft is not None else total, total_ms=total,
-                      stop_reason=StopReason.TYPE_THROUGH if not gone else StopReason.CANCELLED)
-        self._count(requests=1, type_through=1)
-        return to_completion(rest, [], st, False, type_through=True)
+        ahead = stop_text is not None or not typed
+        why = (StopReason.CANCELLED if gone else stop_reason(stop_text) if cut is not None
+               else rec.reason if ahead else StopReason.TYPE_THROUGH)
+        st = GenStats(ttft_ms=ttft if ttft is not None else total, total_ms=total, stop_reason=why)
+        self._count(requests=1, **({"prefetch_served": 1} if ahead else {"type_through": 1}))
+        return to_completion(rest, [], st, False, **({"prefetched": True} if ahead else {"type_through": True}))
 
     # -- warmup ------------------------------------------------------------------------------
     def warmup(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
@@ -482,7 +576,9 @@ class Engine:
         `complete` builds from the same arguments (and the engine's max_new_tokens), without
         generating, at low priority: chunks of `warmup_chunk` tokens, giving way to interactive
         requests between chunks. Returns the number of tokens computed (0 when the cache already
-        held them)."""
+        held them; also when a prefetch for the document is on its way there)."""
+        if self._prefetch_covers(doc_key, prefix, suffix):
+            return 0
         return self.prefill(self.fim_prompt(prefix, suffix, None, extra), doc_key=doc_key)
 
     def prefill(self, prompt: list[int], *, doc_key: str = "_default") -> int:

@@ -8,6 +8,7 @@ import time
 from collections import OrderedDict
 
 from .. import typethrough
+from ..client import StopReason
 
 RECORDS_MAX = 1024          # documents whose latest completion type-through remembers
 RECORDS_CHARS = 32 * 2**20  # characters of their prefixes and suffixes together (a /v1 request may
@@ -26,6 +27,7 @@ class Record:
         self.ok = False      # finished on its own (not cancelled)
         self.followers = 0   # requests streaming from it: they keep it alive past its own cancel
         self.epoch = 0       # bumped by every newer request: older followers stop
+        self.reason = StopReason.NONE  # why its generation ended (a prefetch: served with it)
         self.cond = threading.Condition()
 
     def typed(self, prefix: str, suffix: str) -> str | None:

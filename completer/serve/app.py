@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import WSCloseCode, web
 
-from .. import errors, netguard, pipeline
+from .. import __version__, errors, netguard, pipeline
 from ..client import Completion, EngineError, StopReason
 from ..config import ServeConfig
 from ..documents import PositionError
@@ -60,7 +60,7 @@ class EngineService:
         self.conns: set[ws.Conn] = set()
         self.request_ms = 100.0  # moving average of a completion's time: the retry hint
         self.metrics = Metrics(lambda: self.engine.stats() if self.ready else None, lambda: self.ready)
-        self.version = _version()
+        self.version = __version__
 
     # -- models ----------------------------------------------------------------------------
     def load(self) -> None:
@@ -164,7 +164,7 @@ class EngineService:
         finally:
             self.cancels.discard(cancel)
         cancelled = cancel.is_set() or c.stop_reason in (StopReason.CANCELLED, StopReason.SUPERSEDED)
-        type_through = c.type_through
+        type_through = c.type_through or c.prefetched  # served without a model call at request time
         quiet = not c.text and c.stop_reason == StopReason.UNSURE  # the confidence gate left nothing (completer/confidence.py)
         self.metrics.requests.labels(kind, "cancelled" if cancelled else "type_through" if type_through
                                      else "quiet" if quiet else "ok").inc()
@@ -361,15 +361,6 @@ async def _cors(request: web.Request, response: web.StreamResponse) -> None:
     origin = request.get(CORS_ORIGIN)
     if origin is not None:
         response.headers["Access-Control-Allow-Origin"] = origin
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("completer")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 async def _serve(service: EngineService) -> int:

@@ -41,7 +41,7 @@ class Metrics:
         total, queue, prefill = ms("total_ms"), ms("queue_ms"), ms("prefill_ms")
         self.stage.labels("total").observe(total)
         self.stage.labels("queue").observe(queue)
-        if stats.get("type_through"):
+        if stats.get("type_through") or stats.get("prefetched"):  # no model call: no prefill or decode
             return
         self.stage.labels("prefill").observe(prefill)
         decode = max(total - queue - prefill, 0.0)

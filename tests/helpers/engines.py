@@ -21,5 +21,5 @@ def random_pair(tok, seed: int = 0) -> Pair:
 
 
 def engine(pair: Pair, **kw) -> Engine:
-    cfg = {"drafter": "model", "max_new_tokens": 8, "type_through": False, "warmup_chunk": 16, **kw}
+    cfg = {"drafter": "model", "max_new_tokens": 8, "type_through": False, "prefetch": False, "warmup_chunk": 16, **kw}
     return Engine(EngineConfig(**cfg), pair=pair)

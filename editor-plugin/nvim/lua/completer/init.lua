@@ -46,7 +46,7 @@ M.option_types = {
   kv_budget_mb = 'number', lean = 'boolean', seed = 'number', fim_format = 'string',
   max_batch = 'number', batch_wait_ms = 'number', max_queue = 'number',
   batch_step_tokens = 'number', decode_threads = 'number', kv_cache = 'string', warmup_chunk = 'number',
-  type_through = 'boolean', min_confidence = 'number',
+  type_through = 'boolean', prefetch = 'boolean', alternatives = 'number', min_confidence = 'number',
   -- client
   engine = 'string', engine_api_key = 'string', engine_model = 'string',
   engine_timeout_ms = 'number', engine_retries = 'number',
