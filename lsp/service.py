@@ -45,6 +45,7 @@ MAX_DOCUMENT_CHARS = 16 * 2**20  # a larger document is not kept: no completions
 # another one is parsed again when it is edited or completed in.
 MAX_OPEN_DOCUMENTS = 2000
 MAX_PARSED_DOCUMENTS = 64
+MAX_LOCATIONS = 500  # places a next edit's `locations` lists (a rename used 2 000 times: the first 500)
 Say = Callable[[str, str], None]  # (level: "error" | "warning" | "info", text) → the user
 Progress = Callable[[int, str], None]  # (percent, stage); called on the engine thread
 IndexProgress = Callable[[str, int, str], None]  # (begin | report | end, files, message); the index's thread
@@ -516,7 +517,8 @@ class Service:
         history = from_events(self.edits.recent(), self._edit_path)
         opts = self.options
         try:
-            if opts.next_edit_rename:  # a change at a definition: followed past the region, no model needed
+            follow = opts.next_edit_rename  # a change at a definition followed past the region, no model needed:
+            if follow and opts.next_edit_rename_first:  # before the model, as the region's rename is
                 followed = await asyncio.get_running_loop().run_in_executor(
                     self.side, self._follow, req, uri, snap, line, col, history, self._reader())
                 if followed is not None:
@@ -545,6 +547,11 @@ class Service:
                                jumps=False)  # the follower (above) answered for those
 
             got = await asyncio.get_running_loop().run_in_executor(self.side if side else self.worker, run)
+            if follow and not opts.next_edit_rename_first and got is not None and got.dropped is not None:
+                followed = await asyncio.get_running_loop().run_in_executor(  # where the model gave nothing
+                    self.side, self._follow, req, uri, snap, line, col, history, self._reader())
+                if followed is not None:
+                    return self._followed(uri, version, snap.text, followed, t0)
         except asyncio.CancelledError:  # $/cancelRequest
             req.stop()
             raise
@@ -603,25 +610,37 @@ class Service:
         return (Path(self.root, path).as_uri() if self.root is not None else path), None
 
     def _followed(self, uri: str, version: int, text: str, got: Answer, t0: float) -> dict:
-        """The answer as `{id, version, edits, source, jump?, left}`; a jump's target is read again
-        and compared with what it was computed on (never an edit for an older text: `stale`)."""
+        """The answer as `{id, version, edits, source, jump?, locations?, left}`: `jump` the next
+        place, `locations` every place left (an editor's edit of them all at once). Each target is
+        read again and compared with the text its place was computed on: a place whose file changed
+        since is left out (never an edit for an older text; `stale` when that leaves nothing)."""
         self._served()
         self.next_edit_ms.append((time.perf_counter() - t0) * 1e3)
         now = self.docs.get(uri)
         if now is None or now.version != version or now.text != text:
             return self._no_edit(version, "stale")
-        jump = None
-        if got.jump is not None:
-            target, doc = self._target(got.jump.path)
-            current = doc.text if doc is not None else self._reader()(got.jump.path)
-            if current is None or digest(current) != got.jump.digest:
-                if not got.edits:
-                    return self._no_edit(version, "stale")
-            else:
-                doc = doc or Document(target, current, None, encoding=now.encoding)
-                jump = {"uri": target, "range": lsp_range(doc, got.jump), "edits": lsp_edits(doc, got.jump.edits)}
-                if self.docs.get(target) is not None:
-                    jump["version"] = doc.version
+        read, docs = self._reader(), {}
+
+        def location(place) -> dict | None:
+            if place.path not in docs:
+                target, doc = self._target(place.path)
+                current = doc.text if doc is not None else read(place.path)
+                docs[place.path] = None if current is None else (
+                    target, doc or Document(target, current, None, encoding=now.encoding), doc is not None,
+                    digest(current))
+            known = docs[place.path]
+            if known is None or known[3] != place.digest:
+                return None
+            target, doc, opened, _ = known
+            out = {"uri": target, "range": lsp_range(doc, place), "edits": lsp_edits(doc, place.edits)}
+            if opened:
+                out["version"] = doc.version
+            return out
+
+        jump = location(got.jump) if got.jump is not None else None
+        if jump is None and not got.edits:
+            return self._no_edit(version, "stale")
+        rest = [loc for loc in map(location, got.later[:MAX_LOCATIONS]) if loc is not None]
         self.counters["next_edit_shown"] += 1
         self.counters[f"next_edit_by_{got.source}"] += 1
         sid = uuid.uuid4().hex
@@ -632,6 +651,7 @@ class Service:
                "left": got.left}
         if jump is not None:
             out["jump"] = jump
+            out["locations"] = rest
         return out
 
     def _edit_chunks(self, engine: EngineClient, uri: str, snap, line: int) -> list[Chunk]:

@@ -59,6 +59,9 @@ async def test_a_rename_jumps_down_the_file_then_into_a_closed_file(client: Lang
     assert first.source == "rename" and first.edits == [] and first.left == 4
     assert first.jump.uri == core and first.jump.version == 2 and first.jump.range.start.line == 42
     assert [(e.range.start.line, e.range.start.character, e.newText) for e in first.jump.edits] == [(42, 0, "fetch_all")]
+    # every place left, for an editor that edits them all at once: this file's, then the others'
+    assert [(loc.uri, loc.range.start.line, getattr(loc, "version", None)) for loc in first.locations] == [
+        (core, 42, 2), (app, 0, None), (app, 2, None), (lib, 2, 1)]
     # Tab: there; Tab: applied (the editor asks at the place and applies what comes)
     there = await _ask(client, core, 42, 0)
     assert [e.newText for e in there.edits] == ["fetch_all"] and there.version == 2

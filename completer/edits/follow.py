@@ -106,7 +106,8 @@ class Answer:
     source: str             # "rename" | "signature"
     left: int               # places still to go, the jump's included
     total_ms: float = 0.0
-    all: list[Place] = field(default_factory=list)  # every place left (an editor's multi-location edit)
+    all: list[Place] = field(default_factory=list)    # every place left: the region's, then `later`
+    later: list[Place] = field(default_factory=list)  # the places past the region, the jump first
 
 
 def digest(text: str) -> str:
@@ -438,7 +439,7 @@ class Follower:
             for p in inside + todo[:1]:
                 self._remember(p, text if p.path == path else read(p.path))
         return Answer([e for p in inside for e in p.edits], todo[0] if todo else None, ch.kind,
-                      len(inside) + len(todo), (time.perf_counter() - t0) * 1e3, inside + todo)
+                      len(inside) + len(todo), (time.perf_counter() - t0) * 1e3, inside + todo, todo)
 
     def _remember(self, p: Place, text: str | None) -> None:
         """A call this plan rewrites: its lines as they will read (one line: the rewrite joins none)."""

@@ -13,6 +13,8 @@
  *  - Jumps (the server's `jump`, another place or file past the region): "Tab to jump" at the
  *    cursor; Tab opens the target there (a target whose version changed since is refused) and
  *    asks at once: the next Tab applies that answer, made for the document as it is then.
+ *    "Apply everywhere" (completer.nextEdit.applyAll) applies every place the answer lists at
+ *    once, unless an open target changed since.
  *  - Esc: dismissed, reported as rejected.
  *
  * Positions are LSP positions in UTF-16 code units, as VS Code's are.
@@ -32,7 +34,11 @@ export interface Jump { uri: string; range: Range; version?: number; edits: Text
  * The result of `completer/nextEdit`: `version` is the document version it was computed on;
  * `jump` the next place outside the shown edits, `left` the places still to go.
  */
-export interface NextEditReply { id: string; version: number; edits: TextEdit[]; reason?: string; jump?: Jump; left?: number }
+export interface NextEditReply {
+  id: string; version: number; edits: TextEdit[]; reason?: string; jump?: Jump; left?: number;
+  /** Every place left past the region (the jump's first), for applying the change everywhere at once. */
+  locations?: Jump[];
+}
 
 /** `completer/feedback` for a next edit. */
 export interface NextEditFeedback { id: string; kind: "nextEdit"; accepted: boolean }
@@ -192,7 +198,8 @@ export type TabAction =
   | { kind: "stale" }                      // the document changed since: dropped, nothing applied
   | { kind: "jump"; to: Pos }              // out of view: move the cursor there first
   | { kind: "go"; uri: string; to: Pos }   // the server's jump: open `uri` there (then call arrived())
-  | { kind: "apply"; edits: TextEdit[] };  // apply these (then call applied())
+  | { kind: "apply"; edits: TextEdit[] }   // apply these (then call applied())
+  | { kind: "everywhere"; edits: Map<string, TextEdit[]> };  // apply these, document by document
 
 /** What the controller needs from the editor. */
 export interface Host {
@@ -290,6 +297,29 @@ export class NextEditController {
   }
 
   /**
+   * "Apply everywhere": the shown suggestion's edits and those of every place it lists, by
+   * document (`everywhere`); `stale` when this document or an open target changed version since
+   * the answer (then nothing is applied); `none` without a suggestion that lists places.
+   */
+  everywhere(uri: string): TabAction {
+    const s = this.shown.get(uri);
+    if (!s || !s.locations?.length) return { kind: "none" };
+    const changed = (u: string, v: number | undefined | null) => {
+      const now = this.host.version(u);
+      return v !== undefined && v !== null && now !== undefined && now !== v;
+    };
+    if (changed(uri, s.version) || s.locations.some((l) => changed(l.uri, l.version))) {
+      this.drop(uri, false);
+      return { kind: "stale" };
+    }
+    const edits = new Map<string, TextEdit[]>([[uri, [...s.edits]]]);
+    for (const l of s.locations) edits.set(l.uri, [...(edits.get(l.uri) ?? []), ...l.edits]);
+    for (const [u, es] of edits) if (es.length === 0) edits.delete(u);
+    this.drop(uri, true);
+    return { kind: "everywhere", edits };
+  }
+
+  /**
    * The editor went to a jump's place in `uri` (opening it when it was closed): ask there at
    * once; the answer is the edit for that place as the document is now (Tab applies it).
    */
@@ -309,7 +339,7 @@ export class NextEditController {
     if ((edits.length === 0 && !r.jump) || r.version !== this.host.version(uri)) return false;
     this.drop(uri, false);
     const s: Suggestion = { uri, id: r.id, version: r.version, edits, reason: r.reason, jump: r.jump ?? undefined,
-                            left: r.left };
+                            left: r.left, locations: Array.isArray(r.locations) ? r.locations : undefined };
     this.shown.set(uri, s);
     this.host.show(uri, s);
     return true;

@@ -38,7 +38,8 @@ export function registerNextEdits(context: vscode.ExtensionContext, deps: NextEd
   // "Tab to jump" in the status bar while a jump is offered (the marker at the cursor says where)
   const status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Left, 99);
   status.command = "completer.nextEdit.accept";
-  status.tooltip = "completer: the next place this change needs (Tab goes there, Tab again applies; Esc dismisses)";
+  status.tooltip = "completer: the next place this change needs (Tab goes there, Tab again applies; Esc dismisses; " +
+    "'completer: Apply the change everywhere' edits every place at once)";
   const documentOf = (uri: string) => vscode.workspace.textDocuments.find((d) => d.uri.toString() === uri);
   const cfg = () => vscode.workspace.getConfiguration("completer");
   const inView = (editor: vscode.TextEditor) => (p: Pos) => editor.visibleRanges.some((r) => r.contains(vpos(p)));
@@ -143,6 +144,18 @@ export function registerNextEdits(context: vscode.ExtensionContext, deps: NextEd
     ...Object.values(types),
     status,
     vscode.commands.registerCommand("completer.nextEdit.accept", accept),
+    vscode.commands.registerCommand("completer.nextEdit.applyAll", async () => {
+      const editor = vscode.window.activeTextEditor;
+      if (!editor) return;
+      const action = controller.everywhere(editor.document.uri.toString());
+      if (action.kind === "stale") void vscode.window.showWarningMessage("completer: a file changed since; nothing applied");
+      if (action.kind !== "everywhere") return;
+      const edit = new vscode.WorkspaceEdit();
+      for (const [uri, edits] of action.edits) {
+        for (const e of edits) edit.replace(vscode.Uri.parse(uri), new vscode.Range(vpos(e.range.start), vpos(e.range.end)), e.newText);
+      }
+      await vscode.workspace.applyEdit(edit);
+    }),
     vscode.commands.registerCommand("completer.nextEdit.dismiss", () => {
       const editor = vscode.window.activeTextEditor;
       if (editor) controller.escape(editor.document.uri.toString());

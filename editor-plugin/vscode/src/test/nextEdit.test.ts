@@ -242,3 +242,23 @@ test("a malformed jump is refused with a reason", () => {
   assert.equal(t.c.offer(U, { id: "j", version: 5, edits: [], jump: { uri: 3, range: {}, edits: [] } }), false);
   assert.match(t.warnings[0], /bad jump/);
 });
+
+test("apply everywhere: the region's edits and every listed place by document, unless an open target changed", () => {
+  const t = setup();
+  const C = "file:///pkg/c.py";
+  const locations = [JUMP, { uri: B, range: { start: at(5, 0), end: at(5, 5) }, version: 3, edits: [edit(5, 0, 5, 5, "fetch_all")] },
+                     { uri: C, range: { start: at(0, 0), end: at(0, 5) }, edits: [edit(0, 0, 0, 5, "fetch_all")] }];
+  t.doc.others[B] = 3;
+  t.c.offer(U, { id: "j1", version: 5, edits: RENAME, jump: JUMP, locations });
+  const got = t.c.everywhere(U);
+  assert.equal(got.kind, "everywhere");
+  const edits = (got as { edits: Map<string, TextEdit[]> }).edits;
+  assert.deepEqual([...edits.keys()], [U, B, C]);
+  assert.deepEqual(edits.get(U), RENAME);
+  assert.deepEqual(edits.get(B)!.map((e) => e.range.start.line), [2, 5]);
+  assert.deepEqual(t.feedback, [{ id: "j1", kind: "nextEdit", accepted: true }]);
+  t.c.offer(U, { id: "j2", version: 5, edits: [], jump: JUMP, locations });
+  t.doc.others[B] = 4;
+  assert.deepEqual(t.c.everywhere(U), { kind: "stale" });
+  assert.deepEqual(t.c.everywhere(U), { kind: "none" }, "dropped");
+});
