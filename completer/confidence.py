@@ -44,5 +44,43 @@ def score(logprobs: Sequence[float]) -> float | None:
     return round(math.exp(min(logprobs)), 4) if logprobs else None
 
 
+class StreamGate:
+    """The gate over a remote server's stream of tokens with their log-probabilities (llama-server's
+    `n_probs`): `events(...)` passes the stream on until the first token below the floor, which it
+    keeps back (`unsure`) with everything after it; `logprobs` are those of the tokens let through.
+    A remote model has no calibration here: the gate is on only where min_confidence is set."""
+
+    def __init__(self, min_confidence: float | None):
+        self.floor = floor(min_confidence)
+        self.logprobs: list[float] = []
+        self.unsure: str | None = None
+
+    @property
+    def on(self) -> bool:
+        return self.floor != OFF
+
+    def events(self, events, tokens_of, with_text):
+        """`tokens_of(event)`: its [(token text, log-probability)]; `with_text(event, text)`: the
+        event holding only `text` (the sure tokens before the refused one). The stream is closed
+        when a token is refused: the server stops decoding."""
+        try:
+            for ev in events:
+                toks = tokens_of(ev) if self.on else []
+                low = next((i for i, (_, lp) in enumerate(toks) if lp < self.floor), None)
+                if low is None:
+                    self.logprobs += [lp for _, lp in toks]
+                    yield ev
+                    continue
+                self.logprobs += [lp for _, lp in toks[:low]]
+                self.unsure = toks[low][0]
+                if low:
+                    yield with_text(ev, "".join(t for t, _ in toks[:low]))
+                return
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
+
+
 def _word(ch: str) -> bool:
     return ch.isalnum() or ch == "_"

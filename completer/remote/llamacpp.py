@@ -21,9 +21,16 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .. import confidence
 from ..client import Chunk, Completion, EngineError, StopReason, StopText, prompt_budget
 from ..edits.formats import EditPrompt, edit_budget, read_answer, render
 from .transport import SAMPLING, Http, TokenMemo, edit_format, follow, live_options
+
+
+def _token_logprobs(ev: dict) -> list[tuple[str, float]]:
+    """An /infill stream event's tokens with their log-probabilities (`n_probs`)."""
+    return [(p.get("token") or "", float(p.get("logprob", 0.0))) for p in ev.get("completion_probabilities") or []]
+
 
 STOP_TYPES = {"eos": StopReason.EOS, "limit": StopReason.LENGTH, "word": StopReason.STOP}  # llama-server's → ours
 
@@ -33,6 +40,7 @@ class LlamaCpp:
                  max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0):
         self.http = Http(base, name="llama-server", api_key=api_key, timeout_ms=timeout_ms, retries=retries)
         self.max_new_tokens, self.temperature, self.top_p, self.seed = max_new_tokens, temperature, top_p, seed
+        self.min_confidence: float | None = None  # the confidence gate (completer/confidence.py): off unless set
         self.ctx = 0          # per slot, from /props
         self.n_slots = 0
         self.model = ""
@@ -68,6 +76,9 @@ class LlamaCpp:
         self.http.reconfigure(**values)
         for name, value in live_options(values, SAMPLING).items():
             setattr(self, name, value)
+        if "min_confidence" in values:  # applied here, on the log-probabilities the server sends (n_probs)
+            v = values["min_confidence"]
+            self.min_confidence = None if v is None else live_options(values, ("min_confidence",))["min_confidence"]
 
     def _ready(self) -> None:
         """Read the server's setup before the first request, and again after a connection
@@ -110,12 +121,23 @@ class LlamaCpp:
         if cancel is not None and cancel.is_set():
             return Completion("", stop_reason=StopReason.CANCELLED)
         n = max_new or self.max_new_tokens
-        events = self.http.stream("/infill", self._body(prefix, suffix, doc_key, n, True, extra), cancel,
-                                  done=lambda ev: bool(ev.get("stop")))
+        gate = confidence.StreamGate(self.min_confidence)
+        body = self._body(prefix, suffix, doc_key, n, True, extra)
+        if gate.on:
+            body["n_probs"] = 1  # each token's log-probability, for the confidence gate
+        events = gate.events(self.http.stream("/infill", body, cancel, done=lambda ev: bool(ev.get("stop"))),
+                             _token_logprobs, lambda ev, t: {**ev, "content": t, "stop": False})
+        # with the gate on, the text is given once it is judged: a word it takes back was never shown
         text, last, why, ttft = follow(events, lambda ev: "" if ev.get("stop") else ev.get("content") or "",
-                                       stop_text, on_text, cancel, t0, n)
+                                       stop_text, None if gate.on else on_text, cancel, t0, n)
         if last.get("stop"):  # the final event: the server's own stop reason and timings
             text += last.get("content") or ""
+        unsure = ""
+        if gate.unsure is not None:  # refused: keep whole words of the sure tokens
+            text = confidence.whole_words(text, gate.unsure)
+            why, unsure = why or StopReason.UNSURE, gate.unsure
+        if gate.on and on_text is not None and text:
+            on_text(text)
         timings = last.get("timings") or {}
         cached, computed = int(timings.get("cache_n", 0)), int(timings.get("prompt_n", 0))
         new = int(last.get("tokens_predicted") or 0)
@@ -130,6 +152,7 @@ class LlamaCpp:
                           prompt_tokens=cached + computed if timings else int(last.get("tokens_evaluated") or 0),
                           prefill_tokens=computed,
                           stop_reason=why or STOP_TYPES.get(last.get("stop_type", ""), StopReason.NONE),
+                          confidence=confidence.score(gate.logprobs) if gate.on else None, unsure_text=unsure,
                           extra={"tokens_cached": cached, "id_slot": self.slots.get(doc_key),
                                  "server_ms": {k: timings[k] for k in ("prompt_ms", "predicted_ms") if k in timings}})
 
