@@ -393,8 +393,10 @@ def _import_tasks(root: Path, texts: dict[str, str], index, n: int, rng: random.
     for rel, at, imp, name, use in cands[:n]:
         lines = texts[rel].split("\n")
         cut = imp[:imp.rindex(name)].rstrip().rstrip(",") if imp.count(",") else None
-        before = lines[:at] + ([cut] if cut else []) + lines[at + 1:]
-        u = use - (0 if cut else 1)
+        # a line taken out between blank lines takes one with it (its block is gone)
+        alone = not cut and 0 < at < len(lines) - 1 and not lines[at - 1].strip() and not lines[at + 1].strip()
+        before = lines[:at] + ([cut] if cut else []) + lines[at + 1 + alone:]
+        u = use - (0 if cut else 1 + alone)
         new_line = before[u]
         old_line = re.sub(rf"(?<![\w.]){re.escape(name)}\b", "None", new_line)
         after = "\n".join(before)

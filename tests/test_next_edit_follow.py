@@ -335,6 +335,8 @@ def test_a_generator_argument_removed_with_its_parameter(tmp_path):
 
 IMPORT_PKG = {
     "pkg/__init__.py": "from .net import Session as Session, fetch as fetch\n",
+    "pkg/a.py": "x = 1\n",
+    "pkg/z.py": "y = 1\n",
     "pkg/net.py": "def fetch(url):\n    return url\n\n\nclass Session:\n    pass\n",
     "pkg/other.py": "def helper():\n    pass\n",
     "pkg/dup_a.py": "def twin():\n    pass\n",
@@ -354,9 +356,13 @@ def _import_answer(tmp_path, files, path, old, new):
     # a default value is a use, not a binding; re-exported by the package the file imports from
     ("app.py", "from pkg import Session\n\n\ndef f(x=1):\n    pass\n", "def f(x=1):", "def f(x=fetch):",
      "from pkg import Session, fetch\n\n\ndef f(x=fetch):\n    pass\n"),
-    # a new import line after the file's imports, absolute where the file imports absolutely
+    # a new import line after the file's imports, absolute where the file imports absolutely, in a
+    # block of its own below the standard library's
     ("app.py", "import os\n\n\ndef main():\n    return os.sep\n", "return os.sep", "return fetch(os.sep)",
-     "import os\nfrom pkg.net import fetch\n\n\ndef main():\n    return fetch(os.sep)\n"),
+     "import os\n\nfrom pkg.net import fetch\n\n\ndef main():\n    return fetch(os.sep)\n"),
+    # in isort's order among the imports of its own package
+    ("app.py", "import os\n\nfrom pkg.a import x\nfrom pkg.z import y\n\nx = 1\n", "x = 1", "x = helper",
+     "import os\n\nfrom pkg.a import x\nfrom pkg.other import helper\nfrom pkg.z import y\n\nx = helper\n"),
     # added to the `from` line that already imports from that module
     ("app.py", "from pkg.net import Session\n\nx = 1\n", "x = 1", "x = fetch(1)",
      "from pkg.net import Session, fetch\n\nx = fetch(1)\n"),

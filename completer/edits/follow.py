@@ -36,6 +36,7 @@ import keyword
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -170,9 +171,10 @@ def _needs_import(text: str, path: str, cursor: int, last: HistoryItem, provider
             return Change("import", "python", path, "import", name, _import_source(snap, path, *found[0]))
         if len(found) > 1 and len({f for f, _ in found if not f.endswith("__init__.py")}) == 1:
             # one definition and packages re-exporting it: the module this file already imports from
-            sources = {_text(snap, c) for c in captures(snap, "bindings", 0, len(snap.source)).get("source", ())}
-            styled = [(f, m) for f, m in found if _import_source(snap, path, f, m) in sources]
-            best = styled[0] if styled else next((f, m) for f, m in found if not f.endswith("__init__.py"))
+            sources = Counter(_text(snap, c) for c in captures(snap, "bindings", 0, len(snap.source)).get("source", ()))
+            styled = sorted((f, m) for f, m in found if _import_source(snap, path, f, m) in sources)
+            best = max(styled, key=lambda fm: sources[_import_source(snap, path, *fm)]) if styled else \
+                next((f, m) for f, m in found if not f.endswith("__init__.py"))
             return Change("import", "python", path, "import", name, _import_source(snap, path, *best))
     return None
 
@@ -206,16 +208,27 @@ def _bound(snap: Snapshot, name: str) -> bool:
 
 def _import_source(snap: Snapshot, path: str, target: str, module: str) -> str:
     """The module as this file's imports would write it: relative (`.m`, `..pkg.m`) where the
-    file imports its own package relatively and the target is in that package, else `module`."""
-    relative = any(_text(snap, s).startswith(".") for s in captures(snap, "bindings", 0, len(snap.source)).get("source", ()))
+    target is in the file's own top package and the file imports relatively — or imports
+    nothing of that package by its absolute name — else `module`."""
+    sources = [_text(snap, s) for s in captures(snap, "bindings", 0, len(snap.source)).get("source", ())]
+    top = module.split(".")[0]
     mine, theirs = path.split("/")[:-1], target.rsplit(".", 1)[0].split("/")
-    if not relative or not mine or not theirs or mine[0] != theirs[0]:
+    if not mine or not theirs or mine[0] != theirs[0] or top not in mine:
+        return module
+    relative = any(x.startswith(".") for x in sources) or not any(x == top or x.startswith(top + ".") for x in sources)
+    if not relative:
         return module
     k = 0
     while k < len(mine) and k < len(theirs) - 1 and mine[k] == theirs[k]:
         k += 1
     rest = [t for t in theirs[k:] if t != "__init__"]
     return "." * (len(mine) - k + 1) + ".".join(rest)
+
+
+def _section(module: str) -> str:
+    """The block of imports a module goes in: the package's own relative ones, else by top package
+    (a workspace module's import is not sorted in among the standard library's)."""
+    return "." if module.startswith(".") else module.split(".")[0]
 
 
 def _sort_key(module: str, name: str = "") -> tuple:
@@ -245,18 +258,20 @@ def _import_places(ch: Change, snap: Snapshot, text: str) -> list[Place]:
         return [Place(ch.origin, line, e.start_col, line, e.start_col, (e,), digest(text))]
     mine = _sort_key(ch.new, ch.old)
     peers = [(c, _sort_key(mod, _text(snap, names[0]) if names else "")) for c, mod, names in froms
-             if (mod == ch.new if same else mod.startswith(".") == ch.new.startswith("."))]
+             if (mod == ch.new if same else _section(mod) == _section(ch.new))]
     later = [c for c, k in peers if k > mine]
+    section = ""  # a block of imports of its own: a blank line above it
     if later:  # before the first that sorts after it
         line = _line(starts, snap.char_at(later[0].start_byte))
     elif peers or imports:
         line = _line(starts, snap.char_at((peers[-1][0] if peers else imports[-1]).end_byte)) + 1
+        section = "" if peers else "\n"
     else:
         first = root.named_children[0] if root.named_children else None
         doc = first is not None and first.type == "expression_statement" and first.named_children \
             and first.named_children[0].type == "string"
         line = _line(starts, snap.char_at(first.end_byte)) + 1 if doc else 0
-    new = f"from {ch.new} import {ch.old}\n"
+    new = f"{section}from {ch.new} import {ch.old}\n"
     if line < len(starts):
         e = TextEdit(line, 0, line, 0, new)
     else:  # after the last line, which has no line end
