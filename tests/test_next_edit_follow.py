@@ -393,3 +393,16 @@ def test_the_import_a_new_name_needs(tmp_path, path, before, old, new, after):
 def test_no_import_where_none_is_needed_or_it_is_ambiguous(tmp_path, before, old, new):
     _, got = _import_answer(tmp_path, {**IMPORT_PKG, "app.py": before}, "app.py", old, new)
     assert got is None
+
+
+def test_a_method_rename_follows_its_class_into_importers_and_subclasses(tmp_path):
+    files = {"shapes.py": ("class Box:\n    def size(self):\n        return 1\n\n    def twice(self):\n"
+                           "        return self.size() * 2\n\n\nclass Other:\n    def size(self):\n        return 2\n\n"
+                           "    def use(self):\n        return self.size()\n"),
+             "use.py": ("from shapes import Box\n\n\nclass Big(Box):\n    def more(self):\n        return self.size() + 1\n\n\n"
+                        "def f(x):\n    return Box.size(x) + x.size()\n"),
+             "mod.py": "import shapes\n\nshapes.Box.size(None)\n"}
+    got = _follow_all(tmp_path, files, "shapes.py", "def size(self):", "def length(self):")  # Box's
+    assert "return self.length() * 2" in got["shapes.py"] and "def use(self):\n        return self.size()" in got["shapes.py"]
+    assert "return self.length() + 1" in got["use.py"] and "return Box.length(x) + x.size()" in got["use.py"]
+    assert got["mod.py"] == "import shapes\n\nshapes.Box.length(None)\n"

@@ -12,8 +12,9 @@ at top level, `@def.method`, `@def.parameter`):
   import X`, a star import, Go's same-package files: each bare X; `from m import X as b`: the
   import only), as `m.X` where `m` is a module that holds it (`import pkg.m as m`, re-exports
   through a package's `__init__`), as resolved by completer/workspace (refs.py). A method: its
-  uses through `self`, `cls` and its class, in its file (no types: another file's `obj.X` is
-  not known to be it). A parameter: its uses in the function and the keyword arguments that
+  uses through its class (here and in the files importing it) and through `self`/`cls` in the
+  class and the classes deriving from it by name (no types: another object's `obj.X` is not
+  known to be it). A parameter: its uses in the function and the keyword arguments that
   name it at the function's calls, here and in importers. Strings, comments and namesakes with
   another binding are not names of it.
 - a Python function's parameters removed, renamed or reordered at its `def`: each call (here and
@@ -307,7 +308,7 @@ def _renamed_definition(text: str, path: str, span: tuple[int, int], lang: str, 
     uses: tuple = ()
     if importers is not None and role in ("function", "class", "variable"):
         uses = tuple(importers(path, x, before))[:MAX_FILES]
-    elif importers is not None and role == "parameter" and owner:
+    elif importers is not None and role in ("parameter", "method") and owner:  # the function's, the class's
         uses = tuple(importers(path, owner, text))[:MAX_FILES]
     return Change("rename", lang, path, role, x, y, owner, uses=uses)
 
@@ -535,8 +536,15 @@ def _rename_sites(ch: Change, snap: Snapshot, path: str, uses: list) -> list[tup
                 members({u.alias.encode()})
             else:
                 bare(u.how == "name" and u.alias != ch.old)
-    elif ch.role == "method" and origin:
-        members({b"self", b"cls", ch.owner.encode()})
+    elif ch.role == "method":
+        # through its class (`Box.m`, `mod.Box.m`) and, in the class and the classes that
+        # derive from it here, through `self` and `cls`; another object's `.m` is not known to be it
+        classes = {ch.owner} if origin else {u.alias for u in uses if u.how != "module"}
+        receivers = {f"{u.alias}.{ch.owner}" for u in uses if u.how == "module"} | classes
+        members({r.encode() for r in receivers})
+        for k, r, n in mine:
+            if r == "member" and receiver(n, src) in (b"self", b"cls") and _in_class_of(n, receivers, snap):
+                out.append((k[0], k[1], False))
     elif ch.role == "parameter":
         if origin:
             fn = _function_named(snap, ch.owner, ch.new)
@@ -547,6 +555,19 @@ def _rename_sites(ch: Change, snap: Snapshot, path: str, uses: list) -> list[tup
         for u in uses:
             labels({(u.alias if u.how == "name" else ch.owner).encode()})
     return sorted(set(out))
+
+
+def _in_class_of(n: Node, names: set[str], snap: Snapshot) -> bool:
+    """Whether `n` is inside a class named one of `names` or deriving from one (its bases as written)."""
+    c = _enclosing(n, ("class_definition", "class_declaration"))
+    while c is not None:
+        name = c.child_by_field_name("name")
+        bases = c.child_by_field_name("superclasses")
+        if (name is not None and _text(snap, name) in names) or (
+                bases is not None and any(_text(snap, b) in names for b in bases.named_children)):
+            return True
+        c = _enclosing(c.parent, ("class_definition", "class_declaration"))
+    return False
 
 
 def _in(k: tuple[int, int], spans: list[tuple[int, int]]) -> bool:
