@@ -406,3 +406,16 @@ def test_a_method_rename_follows_its_class_into_importers_and_subclasses(tmp_pat
     assert "return self.length() * 2" in got["shapes.py"] and "def use(self):\n        return self.size()" in got["shapes.py"]
     assert "return self.length() + 1" in got["use.py"] and "return Box.length(x) + x.size()" in got["use.py"]
     assert got["mod.py"] == "import shapes\n\nshapes.Box.length(None)\n"
+
+
+def test_a_parameter_removed_from_a_header_over_several_lines(tmp_path):
+    """The language server's event for a deleted line holds the line after it (whole lines)."""
+    before = "def fetch(\n    url,\n    timeout=None,\n):\n    return url\n\n\n" + "# pad\n" * 30 + \
+        "fetch('a', 3)\nfetch('b', timeout=4)\n"
+    index = _workspace(tmp_path, {"core.py": before})
+    text = before.replace("    timeout=None,\n", "", 1)
+    history = [HistoryItem("core.py", "    timeout=None,\n):\n", "):\n")]
+    got = Follower().answer(text, "core.py", 2, 0, history, language=None, read={"core.py": text}.get,
+                            importers=index.importers, below=2)
+    assert got.source == "signature"
+    assert apply_edits(text, [e for p in got.all for e in p.edits]).endswith("fetch('a')\nfetch('b')\n")

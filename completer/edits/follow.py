@@ -136,7 +136,7 @@ def detect(text: str, path: str, cursor: int, history: Sequence[HistoryItem], la
             if found := _renamed_definition(text, path, span, lang, *got, importers, tree):
                 return found
     if lang == "python" and history and history[-1].path == path:
-        return _signature(text, path, cursor, history[-1], importers) or (
+        return _signature(text, path, cursor, history[-1], importers, tree) or (
             _needs_import(text, path, cursor, history[-1], providers, tree) if providers is not None else None)
     return None
 
@@ -313,13 +313,18 @@ def _renamed_definition(text: str, path: str, span: tuple[int, int], lang: str, 
     return Change("rename", lang, path, role, x, y, owner, uses=uses)
 
 
-def _signature(text: str, path: str, cursor: int, last: HistoryItem, importers: Importers | None) -> Change | None:
+def _signature(text: str, path: str, cursor: int, last: HistoryItem, importers: Importers | None,
+               tree=None) -> Change | None:
     """A Python function's parameter list changed by the last edit (its lines undone give the text before)."""
     at = _undo_at(text, last, cursor)
     if at is None:
         return None
+    head = text.rfind("def ", 0, at + len(last.new))
+    seg = text[head:at] if head >= 0 else ""
+    if head < 0 or ("\n" in seg and seg.count("(") <= seg.count(")")):
+        return None  # not inside a function's header: no parse (this runs at every request)
     before_text = text[:at] + last.old + text[at + len(last.new):]
-    now, was = parse_snapshot(text, "python"), parse_snapshot(before_text, "python")
+    now, was = _parsed(text, "python", tree), parse_snapshot(before_text, "python")
     if now.tree is None or was.tree is None:
         return None
     fn = _enclosing(now.tree.root_node.descendant_for_byte_range(now.byte_at(cursor), now.byte_at(cursor)),
