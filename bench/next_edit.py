@@ -23,7 +23,16 @@ default options). The history is OLD → FILE, as `completer next-edit --before`
   the user's change sent as didChange, then completer/nextEdit; latency from the change to the
   answer, p50/p90 (the editor's debounce, next_edit_debounce_ms, comes on top).
 
+- `--follow N` (issue 39): a change at a definition followed past the region and into other
+  files (completer/edits/follow.py, no model), N tasks per kind and package: a top-level function
+  or class used in >= 2 other files renamed (expected: jedi's rename), a parameter of a function
+  called in >= 3 places removed (expected: its argument dropped at each call jedi finds, by
+  `ast`), a name taken out of its import and written again (expected: the file as it was), and
+  edits that need nothing (a number, a comment, a statement: nothing offered). Per kind: recall
+  of the places, precision, exact final files, the share shown. Needs `pip install jedi`.
+
     python bench/next_edit.py [--n 40] [--sdists DIR] [--target DIR --draft DIR] [--rename first|fallback|off]
+    python bench/next_edit.py --follow 10 [--sdists DIR]
     python bench/next_edit.py --speed [--n 12]
     python bench/next_edit.py --lsp 20
 """
