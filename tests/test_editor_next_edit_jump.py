@@ -3,8 +3,8 @@ region, here in a file that is not loaded — drawn as a virtual-text hint at th
 with the key, where it goes and what it changes there; the key opens the file at the place and
 asks there at once; the next key applies that answer. A jump whose loaded target changed since
 the answer is refused. Headless Neovim against a scripted language server inside the editor (a
-Lua `cmd`), as test_editor_next_edit.py does; the web editor's gutter mark: tests in
-editor-plugin/web/test (node) and below in Chromium."""
+Lua `cmd`), as test_editor_next_edit.py does, then with the real completer-lsp on a workspace;
+the web editor's gutter mark: tests in editor-plugin/web/test (node) and below in Chromium."""
 from __future__ import annotations
 
 import json
