@@ -169,7 +169,7 @@ class EngineClient(Protocol):
     def complete(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
                  max_new: int | None = None, stop_text: StopText | None = None,
                  cancel: threading.Event | None = None, on_text: Callable[[str], None] | None = None,
-                 node_kind: str | None = None, language: str | None = None,
+                 node_kind: str | None = None,
                  extra: Sequence[Chunk] = (), n: int | None = None) -> Completion:
         """Complete between `prefix` and `suffix` (the context the syntax layer chose; the engine
         only adds its model's FIM tokens and renders `extra`, the cross-file chunks, first). `stop_text` decides when the completion is finished

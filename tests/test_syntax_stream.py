@@ -35,7 +35,7 @@ class Steps(Scripted):
         self.rng = random.Random(seed)
 
     def complete(self, prefix, suffix="", *, doc_key="_default", max_new=None, stop_text=None, cancel=None,
-                 on_text=None, node_kind=None, language=None, extra=(), n=None):
+                 on_text=None, node_kind=None, extra=(), n=None):
         text, i = "", 0
         while i < len(self.reply):
             step = self.reply[i:i + self.rng.randint(1, 6)]

@@ -303,16 +303,14 @@ class Engine:
                  max_new: int | None = None, stop_text: StopText | None = None,
                  cancel: threading.Event | None = None,
                  on_text: Callable[[str], None] | None = None, node_kind: str | None = None,
-                 language: str | None = None, sampling: Sampling | None = None,
-                 extra: Sequence[Chunk] = (), n: int | None = None) -> Completion:
+                 sampling: Sampling | None = None, extra: Sequence[Chunk] = (), n: int | None = None) -> Completion:
         """Complete at the cursor between `prefix` and `suffix`, after the chunks of other files
         `extra` (rendered by completer/fim.py, counted in the prompt budget). `stop_text(text)`
         returns the length to keep once the completion is finished (e.g. its syntax node
         closed), else None; its reason becomes the stop_reason. `node_kind` (the syntax node at
         the cursor) keys the adaptive draft length. `on_text` gets the text as it is verified
         (deltas; the final text may be shorter). `sampling`: this request's temperature and
-        top-p (default: the engine's). `language` is not read: the prompt is the same for a
-        warmup, which has none. `n`: up to n completions (default: the option `alternatives`),
+        top-p (default: the engine's). `n`: up to n completions (default: the option `alternatives`),
         the others in `alternatives` (engine/alternatives.py)."""
         t0 = time.perf_counter()
         old = self._newer_request(doc_key)

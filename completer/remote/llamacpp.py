@@ -114,7 +114,7 @@ class LlamaCpp:
     def complete(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
                  max_new: int | None = None, stop_text: StopText | None = None,
                  cancel: threading.Event | None = None, on_text: Callable[[str], None] | None = None,
-                 node_kind: str | None = None, language: str | None = None,
+                 node_kind: str | None = None,
                  extra: Sequence[Chunk] = (), n: int | None = None) -> Completion:
         t0 = time.perf_counter()
         self._ready()

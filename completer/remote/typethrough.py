@@ -40,7 +40,7 @@ class TypeThrough:
     def complete(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
                  max_new: int | None = None, stop_text: StopText | None = None,
                  cancel: threading.Event | None = None, on_text: Callable[[str], None] | None = None,
-                 node_kind: str | None = None, language: str | None = None,
+                 node_kind: str | None = None,
                  extra: Sequence[Chunk] = (), n: int | None = None) -> Completion:
         t0 = time.perf_counter()
         with self._lock:
@@ -57,7 +57,7 @@ class TypeThrough:
                 return Completion(rest, ttft_ms=ms, total_ms=ms, stop_reason=StopReason.TYPE_THROUGH,
                                   type_through=True)
         c = self.inner.complete(prefix, suffix, doc_key=doc_key, max_new=max_new, stop_text=stop_text,
-                                cancel=cancel, on_text=on_text, node_kind=node_kind, language=language,
+                                cancel=cancel, on_text=on_text, node_kind=node_kind,
                                 extra=extra, n=n)
         with self._lock:
             if self.enabled and c.text and c.stop_reason != StopReason.CANCELLED:

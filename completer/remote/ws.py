@@ -176,7 +176,7 @@ class WsEngine:
     def complete(self, prefix: str, suffix: str = "", *, doc_key: str = "_default",
                  max_new: int | None = None, stop_text: StopText | None = None,
                  cancel: threading.Event | None = None, on_text: Callable[[str], None] | None = None,
-                 node_kind: str | None = None, language: str | None = None,
+                 node_kind: str | None = None,
                  extra: Sequence[Chunk] = (), n: int | None = None) -> Completion:
         """As EngineClient.complete. `cancel` sends a cancel frame; `stop_text` is applied here to
         the streamed text (a cut cancels the rest on the server)."""
@@ -191,8 +191,6 @@ class WsEngine:
             frame["max_new_tokens"] = max_new
         if extra:
             frame["extra"] = _chunks(extra)
-        if language is not None:
-            frame["language"] = language
         if node_kind is not None:
             frame["node_kind"] = node_kind
         self.counters["requests"] += 1

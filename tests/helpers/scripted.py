@@ -43,7 +43,7 @@ class Scripted:
         return Completion(request.region, stop_reason="eos")  # no next edit: the region as it is
 
     def complete(self, prefix, suffix="", *, doc_key="_default", max_new=None, stop_text=None, cancel=None,
-                 on_text=None, node_kind=None, language=None, extra=(), n=None):
+                 on_text=None, node_kind=None, extra=(), n=None):
         self.calls.append({"prefix": prefix, "suffix": suffix, "doc_key": doc_key, "max_new": max_new,
                            "cancel": cancel, "node_kind": node_kind, "extra": tuple(extra), "n": n})
         text = ""
