@@ -392,8 +392,10 @@ def _import_tasks(root: Path, texts: dict[str, str], index, n: int, rng: random.
                 continue  # one definition (packages may re-export it)
             lines = text.split("\n")
             imp = lines[node.lineno - 1]
-            use = next((i for i in range(node.lineno, len(lines)) if re.search(rf"(?<![\w.]){re.escape(name)}\b", lines[i])
-                        and not lines[i].lstrip().startswith(("import ", "from ", "#"))), None)
+            # its first use as a name (ast: not in a string or a comment), on a line naming it once
+            uses = sorted(n.lineno - 1 for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name
+                          and n.lineno > node.lineno)
+            use = next((i for i in uses if len(re.findall(rf"(?<![\w.]){re.escape(name)}\b", lines[i])) == 1), None)
             if use is None or "(" in imp:
                 continue
             cands.append((rel, node.lineno - 1, imp, name, use))

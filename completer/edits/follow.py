@@ -173,9 +173,11 @@ def _needs_import(text: str, path: str, cursor: int, last: HistoryItem, provider
         if len(found) > 1 and len({f for f, _ in found if not f.endswith("__init__.py")}) == 1:
             # one definition and packages re-exporting it: the module this file already imports from
             sources = Counter(_text(snap, c) for c in captures(snap, "bindings", 0, len(snap.source)).get("source", ()))
-            styled = sorted((f, m) for f, m in found if _import_source(snap, path, f, m) in sources)
-            best = max(styled, key=lambda fm: sources[_import_source(snap, path, *fm)]) if styled else \
-                next((f, m) for f, m in found if not f.endswith("__init__.py"))
+            styled = sorted((f, m) for f, m in found if _import_source(snap, path, f, m) in sources
+                            and _import_source(snap, path, f, m).strip("."))  # `from . import` takes submodules
+            defining = next((f, m) for f, m in found if not f.endswith("__init__.py"))
+            best = max(styled, key=lambda fm: (sources[_import_source(snap, path, *fm)], fm == defining)) \
+                if styled else defining
             return Change("import", "python", path, "import", name, _import_source(snap, path, *best))
     return None
 
