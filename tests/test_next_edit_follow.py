@@ -419,3 +419,13 @@ def test_a_parameter_removed_from_a_header_over_several_lines(tmp_path):
                             importers=index.importers, below=2)
     assert got.source == "signature"
     assert apply_edits(text, [e for p in got.all for e in p.edits]).endswith("fetch('a')\nfetch('b')\n")
+
+
+def test_another_modules_namesake_in_an_import_is_left_alone(tmp_path):
+    files = {"core.py": ("def fetch():\n    pass\n\n\ndef g():\n    from util import fetch as f\n    return f() or fetch()\n\n\n"
+                         "def h():\n    from util import fetch\n    return fetch()\n"),
+             "util.py": "def fetch():\n    pass\n",
+             "app.py": "from util import fetch\nfrom core import fetch as cf\n\nfetch()\ncf()\n"}
+    got = _follow_all(tmp_path, files, "core.py", "def fetch(", "def load(")
+    assert got["core.py"] == files["core.py"].replace("def fetch(", "def load(").replace("or fetch()", "or load()")
+    assert got["app.py"] == "from util import fetch\nfrom core import load as cf\n\nfetch()\ncf()\n"

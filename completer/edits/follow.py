@@ -520,11 +520,15 @@ def _rename_sites(ch: Change, snap: Snapshot, path: str, uses: list) -> list[tup
     out: list[tuple[int, int, bool]] = []
     origin = path == ch.origin
 
+    sources = {u.source for u in uses}
+
     def bare(import_only: bool) -> None:
-        shadow = _shadowing(snap, mine)
+        shadow = _shadowing(snap, mine, sources)
         for k, r, n in mine:
             if r != "name" or _in(k, shadow) or _namesake(n) or _module_part(n):
                 continue
+            if _in_import(n) and not _imports_from(n, sources, snap):
+                continue  # a namesake another module gives (`from ._impl import getchar as f`)
             if import_only and not _in_import(n):
                 continue
             out.append((k[0], k[1], n.type.startswith("shorthand_property_identifier")))
@@ -581,12 +585,18 @@ def _in(k: tuple[int, int], spans: list[tuple[int, int]]) -> bool:
     return any(a <= k[0] and k[1] <= b for a, b in spans)
 
 
-def _shadowing(snap: Snapshot, mine: list) -> list[tuple[int, int]]:
-    """Functions that bind the name themselves (a parameter, an assignment): their uses are not it."""
+def _shadowing(snap: Snapshot, mine: list, sources: set[str] = frozenset()) -> list[tuple[int, int]]:
+    """Functions that bind the name themselves (a parameter, an assignment, an import of it from
+    a module other than `sources`): their uses are not it."""
     params = {(n.start_byte, n.end_byte) for n in captures(snap, "defines", 0, len(snap.source)).get("def.parameter", ())}
     out = []
     for k, r, n in mine:
         if r != "name":
+            continue
+        if _in_import(n) and not _aliased(n) and not _imports_from(n, sources, snap):
+            fn = _enclosing(n, SCOPES)  # `from other import X` inside a function
+            if fn is not None:
+                out.append((fn.start_byte, fn.end_byte))
             continue
         p = n.parent
         if p is not None and p.type in ("pattern_list", "expression_list", "tuple_pattern", "list_pattern") \
@@ -623,13 +633,33 @@ def _module_part(n: Node) -> bool:
     return False
 
 
+def _aliased(n: Node) -> bool:
+    """An imported name bound under another name (`import X as y`, `{ X as y }`)."""
+    p = n.parent
+    while p is not None and p.type == "dotted_name":
+        p = p.parent
+    return p is not None and p.type in ("aliased_import", "import_specifier", "export_specifier") \
+        and p.child_by_field_name("alias") is not None
+
+
 def _in_import(n: Node) -> bool:
     """The imported name of an import statement (not its alias)."""
     p = n.parent
     if p is not None and p.type in ("aliased_import", "import_specifier", "export_specifier") \
             and p.child_by_field_name("alias") == n:
         return False
-    return _enclosing(n, IMPORTS) is not None
+    stmt = _enclosing(n, IMPORTS)
+    return stmt is not None and (stmt.type != "export_statement" or stmt.child_by_field_name("source") is not None)
+
+
+def _imports_from(n: Node, sources: set[str], snap: Snapshot) -> bool:
+    """Whether the import statement holding `n` imports from one of `sources` (the modules the
+    index resolved to the definition; a statement whose module is not read here counts)."""
+    stmt = _enclosing(n, IMPORTS)
+    mod = stmt.child_by_field_name("module_name") or stmt.child_by_field_name("source") if stmt is not None else None
+    if mod is None:
+        return bool(sources)
+    return _text(snap, mod).strip("'\"`") in sources
 
 
 def _function_named(snap: Snapshot, name: str, param: str) -> Node | None:
@@ -655,7 +685,8 @@ def _call_places(ch: Change, snap: Snapshot, text: str, path: str, uses: list, d
         bare, mods = set(), {b"self", b"cls", ch.owner.encode()}
     out: list[tuple[int, int, str, Node]] = []
     role_of = roles(captures(snap, "names", 0, len(src)))
-    shadow = _shadowing(snap, [(k, r, n) for k, (r, n) in role_of.items() if src[k[0]:k[1]] in bare])
+    shadow = _shadowing(snap, [(k, r, n) for k, (r, n) in role_of.items() if src[k[0]:k[1]] in bare],
+                        {u.source for u in uses})
     for k, (r, n) in role_of.items():
         if src[k[0]:k[1]] not in bare | {name} or (r == "name" and _in(k, shadow)):
             continue

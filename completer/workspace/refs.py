@@ -25,6 +25,7 @@ class Use:
     how: str    # "name": bound to a local name (`alias`); "module": `alias.<name>`; "star": bare, unimported
     alias: str  # the local name ("name"), the module's local name ("module"), "" for "star"
     imported: bool = True  # False: same-package use without an import (Go)
+    source: str = ""       # the import's module as written ("" for Go's same package)
 
 
 def importers(resolver: Resolver, outlines: Mapping[str, Outline], rel: str, name: str) -> list[Use]:
@@ -62,20 +63,20 @@ def _module_like(name: str, outlines: Mapping[str, Outline], resolver: Resolver)
 def _uses(resolver: Resolver, f: Outline, imp, name: str, targets: set[Target]) -> list[Use]:
     if imp.name == "*":  # as if it were `from source import name`
         hit = targets & set(_targets(resolver.binds(f, replace(imp, name=name, alias=name))))
-        return [Use(f.path, "star", "")] if hit else []
+        return [Use(f.path, "star", "", source=imp.source)] if hit else []
     out = []
     if f.language == "python" and imp.name == "" and "." in imp.alias:  # `import a.b` binds `a` too: `a.X`
         head = imp.alias.split(".")[0]
         mod = resolver.module(f, head)
         if mod is not None and targets & set(_targets(resolver.lookup(mod, name, 1))):
-            out.append(Use(f.path, "module", head))
+            out.append(Use(f.path, "module", head, source=imp.source))
     got = resolver.binds(f, imp)
     for t in got:
         if isinstance(t, Module):
             if targets & set(_targets(resolver.lookup(t, name, 1))) and imp.alias:
-                out.append(Use(f.path, "module", imp.alias))
+                out.append(Use(f.path, "module", imp.alias, source=imp.source))
         elif t in targets and imp.name == name:
-            out.append(Use(f.path, "name", imp.alias or name))
+            out.append(Use(f.path, "name", imp.alias or name, source=imp.source))
     return out
 
 
