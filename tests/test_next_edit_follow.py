@@ -429,3 +429,11 @@ def test_another_modules_namesake_in_an_import_is_left_alone(tmp_path):
     got = _follow_all(tmp_path, files, "core.py", "def fetch(", "def load(")
     assert got["core.py"] == files["core.py"].replace("def fetch(", "def load(").replace("or fetch()", "or load()")
     assert got["app.py"] == "from util import fetch\nfrom core import load as cf\n\nfetch()\ncf()\n"
+
+
+def test_the_same_name_imported_twice_in_a_file_from_two_paths_to_it(tmp_path):
+    files = {"pkg/__init__.py": "from .core import fetch\n",
+             "pkg/core.py": "def fetch():\n    pass\n",
+             "pkg/use.py": "from . import fetch\n\n\ndef f():\n    from pkg import fetch\n    return fetch()\n\n\nfetch()\n"}
+    got = _follow_all(tmp_path, files, "pkg/core.py", "def fetch(", "def load(")
+    assert got["pkg/use.py"] == files["pkg/use.py"].replace("fetch", "load")

@@ -30,14 +30,14 @@ class Use:
 
 def importers(resolver: Resolver, outlines: Mapping[str, Outline], rel: str, name: str) -> list[Use]:
     """Files other than `rel` whose names resolve to `rel`'s top-level definition `name`, in path
-    order (each (path, how, alias) once)."""
+    order (each (path, how, alias, source) once)."""
     o = outlines.get(rel)
     if o is None:
         return []
     targets: set[Target] = {(rel, i) for i in o.top.get(name, ())}
     if not targets:
         return []
-    seen: dict[tuple[str, str, str], Use] = {}
+    seen: dict[tuple[str, str, str, str], Use] = {}
     for path in sorted(outlines):
         if path == rel:
             continue
@@ -48,10 +48,10 @@ def importers(resolver: Resolver, outlines: Mapping[str, Outline], rel: str, nam
             if imp.name not in (name, "", "*") and not _module_like(imp.name, outlines, resolver):
                 continue
             for use in _uses(resolver, f, imp, name, targets):
-                seen.setdefault((use.path, use.how, use.alias), use)
+                seen.setdefault((use.path, use.how, use.alias, use.source), use)
         if f.language == "go" and o.language == "go" and f.package == o.package \
                 and posixpath.dirname(path) == posixpath.dirname(rel):
-            seen.setdefault((path, "star", ""), Use(path, "star", "", imported=False))
+            seen.setdefault((path, "star", "", ""), Use(path, "star", "", imported=False))
     return list(seen.values())
 
 
