@@ -16,6 +16,7 @@ import json
 import logging
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields, replace
@@ -62,6 +63,28 @@ log = logging.getLogger(__name__)
 # The options reconfigure applies to a live engine: every EngineConfig option the schema does
 # not mark reload (those need new models or runners: a new Engine).
 LIVE_OPTIONS = tuple(f.name for f in fields(EngineConfig) if not OPTIONS[f.name].meta["reload"])
+
+
+WARM_START_DOC = "\0startup"  # warm_start's document (nobody accepts its completion: no prefetch)
+PREFETCH_IDLE_S = 2.0  # the prefetch worker ends after this long without a job (the next one starts it)
+
+
+def _prefetch_loop(ref: weakref.ref) -> None:
+    """The prefetch worker: runs queued prefetches one at a time, oldest document first; holds its
+    engine only while it works (a dropped engine ends it), and ends when idle."""
+    while True:
+        eng = ref()
+        if eng is None:
+            return
+        with eng._prefetch_cond:
+            if not eng._prefetch_jobs:
+                eng._prefetch_cond.wait(PREFETCH_IDLE_S)
+            if not eng._prefetch_jobs:
+                eng._prefetch_worker = None
+                return
+            doc, (rec, max_new, extra) = eng._prefetch_jobs.popitem(last=False)
+        eng._prefetch_run(rec, doc, max_new, extra)
+        del eng
 
 
 class _Busy:
@@ -124,6 +147,9 @@ class Engine:
         self.caches: OrderedDict[str, DocCache] = OrderedDict()  # LRU order; guarded by sched.cond
         self.records = Records()
         self.prefetches = Records()  # each document's continuation of its shown completion (_prefetch)
+        self._prefetch_cond = threading.Condition()
+        self._prefetch_jobs: OrderedDict[str, tuple] = OrderedDict()  # doc → (record, max_new, extra)
+        self._prefetch_worker: threading.Thread | None = None
         self.sched = Scheduler(_scheduler_config(cfg), self._admit)
         self._stats_lock = threading.Lock()
         self.step_costs: tuple[float, list[float] | None] = (0.06, None)  # (c, verify costs) for
@@ -179,7 +205,7 @@ class Engine:
         """The editor closed the document: free its caches unless a request is using them."""
         with self.sched.cond:
             self.records.pop(doc_key)
-            self.prefetches.pop(doc_key)
+            self.prefetches.pop(doc_key)  # a queued prefetch finds itself stale and is skipped
             if doc_key in self.sched.live or doc_key not in self.caches:
                 return False
             del self.caches[doc_key]
@@ -319,7 +345,7 @@ class Engine:
             c = self._follow(old, typed, cancel, on_text, t0)
             if c is not None:
                 return c
-        ahead = self._take_prefetch(doc_key, prefix, suffix)
+        ahead = self._take_prefetch(doc_key, prefix, suffix, extra)
         if ahead is not None:  # the user accepted the shown completion: its continuation is (being) made
             with self.sched.cond:
                 self.records.put(doc_key, ahead)  # a newer request stops this one following it
@@ -388,15 +414,27 @@ class Engine:
         accepted it (the document's cache already holds it), so that accepting and asking again is
         answered at once. Warmup priority: it waits for interactive work, stops when some arrives
         (Scheduler.should_yield) and is superseded by any other request for the document."""
-        if not (self.cfg.prefetch and text.strip()):
+        if not (self.cfg.prefetch and text.strip()) or doc_key == WARM_START_DOC:
             return
         rec = Record(prefix + text, suffix)
+        rec.extra = tuple(extra)
         with self.sched.cond:
             self.prefetches.put(doc_key, rec)
-        threading.Thread(target=self._prefetch_run, args=(rec, doc_key, max_new, tuple(extra)),
-                         name="completer-prefetch", daemon=True).start()
+        with self._prefetch_cond:  # one worker, the latest job per document (never a thread per request)
+            self._prefetch_jobs[doc_key] = (rec, max_new, tuple(extra))
+            self._prefetch_jobs.move_to_end(doc_key)
+            if self._prefetch_worker is None:
+                self._prefetch_worker = threading.Thread(target=_prefetch_loop, args=(weakref.ref(self),),
+                                                         name="completer-prefetch", daemon=True)
+                self._prefetch_worker.start()
+            self._prefetch_cond.notify()
 
     def _prefetch_run(self, rec: Record, doc_key: str, max_new: int | None, extra: tuple[Chunk, ...]) -> None:
+        with self.sched.cond:
+            stale = self.prefetches.get(doc_key) is not rec  # taken, dropped or forgotten meanwhile
+        if stale:
+            rec.update(rec.text, done=True)
+            return
         try:
             text, _, st, _, _ = self._decode_into(rec, rec.prefix, rec.suffix, doc_key, max_new, None,
                                                   _Busy(self.sched), None, None, None, extra, WARMUP)
@@ -407,7 +445,7 @@ class Engine:
             log.debug("prefetch failed", exc_info=True)
             rec.update(rec.text, done=True)
 
-    def _take_prefetch(self, doc_key: str, prefix: str, suffix: str) -> Record | None:
+    def _take_prefetch(self, doc_key: str, prefix: str, suffix: str, extra: Sequence[Chunk]) -> Record | None:
         """The document's prefetched continuation if it is for exactly this request (taken: it is
         served once), else None (and a stale one is dropped)."""
         with self.sched.cond:
@@ -415,14 +453,20 @@ class Engine:
             if rec is None:
                 return None
             self.prefetches.pop(doc_key)
-        return rec if (rec.prefix, rec.suffix) == (prefix, suffix) and self.cfg.prefetch else None
+        return rec if (rec.prefix, rec.suffix, rec.extra) == (prefix, suffix, tuple(extra)) and self.cfg.prefetch else None
 
-    def _prefetch_covers(self, doc_key: str, prefix: str, suffix: str) -> bool:
-        """Whether a prefetch in flight or done for the document already computes (prefix, suffix)
-        or the way there (the user typing through the shown completion)."""
+    def _prefetch_covers(self, doc_key: str, prefix: str, suffix: str, extra: Sequence[Chunk]) -> bool:
+        """Whether a prefetch in flight or done for the document already computes (prefix, suffix,
+        extra) or the way there (the user typing through the shown completion); when it does not,
+        the edit drops it (it would overwrite the warmed cache with a state the user left)."""
         with self.sched.cond:
             rec = self.prefetches.get(doc_key)
-        return rec is not None and rec.suffix == suffix and rec.prefix.startswith(prefix)
+            if rec is None:
+                return False
+            if rec.suffix == suffix and rec.prefix.startswith(prefix) and rec.extra == tuple(extra):
+                return True
+            self.prefetches.pop(doc_key)  # a queued prefetch finds itself stale; a running one is superseded
+            return False
 
     def _remember(self, doc_key: str, prefix: str, suffix: str, text: str) -> None:
         """`text` is shown at (prefix, suffix): type-through serves from it from now on."""
@@ -575,7 +619,7 @@ class Engine:
         generating, at low priority: chunks of `warmup_chunk` tokens, giving way to interactive
         requests between chunks. Returns the number of tokens computed (0 when the cache already
         held them; also when a prefetch for the document is on its way there)."""
-        if self._prefetch_covers(doc_key, prefix, suffix):
+        if self._prefetch_covers(doc_key, prefix, suffix, extra):
             return 0
         return self.prefill(self.fim_prompt(prefix, suffix, None, extra), doc_key=doc_key)
 
@@ -616,7 +660,7 @@ class Engine:
         initialisation (allocator, kernels, tokenizer caches), then a measurement of this
         machine's step costs for the adaptive draft length; returns its milliseconds."""
         t0 = time.perf_counter()
-        key = "\0startup"
+        key = WARM_START_DOC
         self.progress(70, "warm start")
         self.warmup("import os\n\n\ndef main(argv):\n    ", "\n", doc_key=key)
         self.complete("import os\n\n\ndef main(argv):\n    ", "\n", doc_key=key, max_new=4)

@@ -28,6 +28,7 @@ class Record:
         self.followers = 0   # requests streaming from it: they keep it alive past its own cancel
         self.epoch = 0       # bumped by every newer request: older followers stop
         self.reason = StopReason.NONE  # why its generation ended (a prefetch: served with it)
+        self.extra: tuple = ()  # a prefetch: the chunks of other files it was made with
         self.cond = threading.Condition()
 
     def typed(self, prefix: str, suffix: str) -> str | None:
