@@ -36,8 +36,8 @@ def test_embedded_pair_completes_a_real_file():
 
 def test_the_main_job_on_the_shipped_defaults_is_quiet_and_says_why(tmp_path):
     """The README's main job with no user config: the embedded pair's calibrated gate
-    (completer_min_confidence in its config.json) keeps its unsure `append(self.args)` quiet, and
-    the command says which rule dropped it; --min-confidence 0 shows the guess."""
+    (completer_min_confidence in its config.json) keeps its unsure, wrong `pop()` quiet, and the
+    command says which rule dropped it; --min-confidence 0 shows the guess."""
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}  # not the suite's user config (gate off)
     args = [sys.executable, "-m", "completer.cli", "complete", str(ROOT / "examples" / "stack.py"), "--line", "7",
             "--col", "19"]
@@ -46,7 +46,7 @@ def test_the_main_job_on_the_shipped_defaults_is_quiet_and_says_why(tmp_path):
     assert "no completion: the confidence rule dropped" in quiet.stderr
     shown = subprocess.run([*args, "--min-confidence", "0"], capture_output=True, text=True, timeout=180,
                            cwd=ROOT, env=env, check=False)
-    assert shown.returncode == 0 and shown.stdout.startswith("append("), shown.stderr
+    assert shown.returncode == 0 and shown.stdout.strip() == "pop()", shown.stderr
 
 
 @pytest.mark.parametrize("eol", ["\r\n", "\r"])
