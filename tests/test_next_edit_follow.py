@@ -353,6 +353,9 @@ def _import_answer(tmp_path, files, path, old, new):
 
 
 @pytest.mark.parametrize("path,before,old,new,after", [
+    # a method of that name binds an attribute, not the module's name
+    ("app.py", "class A:\n    def fetch(self):\n        return 1\n\n\nx = 1\n", "x = 1", "x = fetch",
+     "from pkg.net import fetch\n\n\nclass A:\n    def fetch(self):\n        return 1\n\n\nx = fetch\n"),
     # a default value is a use, not a binding; re-exported by the package the file imports from
     ("app.py", "from pkg import Session\n\n\ndef f(x=1):\n    pass\n", "def f(x=1):", "def f(x=fetch):",
      "from pkg import Session, fetch\n\n\ndef f(x=fetch):\n    pass\n"),

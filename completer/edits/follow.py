@@ -194,7 +194,9 @@ def _binding(n: Node) -> bool:
     if p.type in BINDERS and (BINDERS[p.type] is None or p.child_by_field_name(BINDERS[p.type]) == n):
         return True
     if p.type in ("function_definition", "class_definition") and p.child_by_field_name("name") == n:
-        return True
+        up = p.parent.parent if p.parent is not None and p.parent.type == "decorated_definition" else p.parent
+        return not (up is not None and up.type == "block" and up.parent is not None
+                    and up.parent.type == "class_definition")  # a method binds an attribute, not the name
     if p.type == "named_expression" and p.child_by_field_name("name") == n:
         return True
     if p.type in ("default_parameter", "typed_default_parameter"):
@@ -275,6 +277,9 @@ def _import_places(ch: Change, snap: Snapshot, text: str) -> list[Place]:
             and first.named_children[0].type == "string"
         line = _line(starts, snap.char_at(first.end_byte)) + 1 if doc else 0
     new = f"{section}from {ch.new} import {ch.old}\n"
+    if not imports and line < len(starts):  # the first import: the blank lines PEP 8 wants below it
+        below = text[starts[line]:starts[line + 1] if line + 1 < len(starts) else len(text)]
+        new += "\n\n" if below.startswith(("def ", "class ", "async def ", "@")) else "\n" if below.strip() else ""
     if line < len(starts):
         e = TextEdit(line, 0, line, 0, new)
     else:  # after the last line, which has no line end
