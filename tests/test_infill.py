@@ -35,7 +35,9 @@ ONE_LINE = [(["import json", "", "", "def load(path):", "    with open(path) as 
              5),
             (["import os", "", "", "def join(a, b):", "    return os.path.", ""], 4),
             (["import sys", "", "", "def main(argv):", "    if len(argv) < 2:", "        sys.", ""], 5)]
-MULTI_LINE = [(["class Point:", "    def __init__(self, x, y):", "", ""], 2),
+MULTI_LINE = [(["import os", "import sys", "", "", "def main(argv):", "", ""], 5),  # the third build: 3 lines
+              (["def read(path):", "    try:", "", ""], 2),
+              (["class Point:", "    def __init__(self, x, y):", "", ""], 2),
               (["def load(path):", "    with open(path) as f:", "", ""], 2),
               (["import unittest", "", "", "class TestLoad(unittest.TestCase):", "", ""], 4)]
 

@@ -29,7 +29,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("llama_bin")]
 # Counted asserts the model keeps extending (the second build closes an open list of numbers within
 # 16 tokens): a long stream to cut, independent of SOURCE (whose text changes whenever documents.py
 # does; its tail once ended the stream after 5-17 tokens).
-LONG = "def test():\n" + "".join(f"    assert f({i}) == {i + 1}\n" for i in range(40)) + "    "
+# at the top level the third build, through llama-server's /infill, writes a whole new class (its
+# training's repository samples start with a path comment): a stream long enough to supersede
+TOP_LEVEL = "".join(f"assert f({i}) == {i + 1}\n" for i in range(40))
 HOLES = [(i, m.end()) for i, ln in enumerate(SOURCE.split("\n"))  # (line, column): the rest of the line goes
          for m in [re.search(r"(= |return |\()", ln)] if m]
 
@@ -96,8 +98,8 @@ async def test_holes_complete_and_the_stop_saves_tokens(client: LanguageClient, 
 @pytest.mark.asyncio
 async def test_a_keystroke_cancels_the_older_request(client: LanguageClient, llama):
     await _start(client, llama.url, max_new_tokens=300, stop_degenerate=False)
-    text = LONG
-    line, col = text.count("\n"), 4
+    text = TOP_LEVEL
+    line, col = text.count("\n"), 0
     _open(client, "file:///tmp/alone.py", text)
     before = llama.predicted_total()
     await _complete(client, "file:///tmp/alone.py", line, col)
@@ -121,8 +123,8 @@ async def test_server_killed_mid_stream_then_back(client: LanguageClient, llama_
     try:
         await _start(client, s.url, max_new_tokens=400)
         uri = "file:///tmp/killed.py"
-        text = LONG
-        line, col = text.count("\n"), 4
+        text = TOP_LEVEL
+        line, col = text.count("\n"), 0
         _open(client, uri, text)
         pending = asyncio.ensure_future(_complete(client, uri, line, col))
         await asyncio.sleep(0.1)

@@ -65,7 +65,10 @@ log = logging.getLogger(__name__)
 LIVE_OPTIONS = tuple(f.name for f in fields(EngineConfig) if not OPTIONS[f.name].meta["reload"])
 
 
-WARM_START_DOC = "\0startup"  # warm_start's document (nobody accepts its completion: no prefetch)
+# The engine's own documents (warm_start's, completer doctor's trial) start with this: nobody accepts
+# their completions, so they are never prefetched (a prefetch could outlive their forget)
+INTERNAL_DOC = "\0"
+WARM_START_DOC = INTERNAL_DOC + "startup"
 PREFETCH_IDLE_S = 2.0  # the prefetch worker ends after this long without a job (the next one starts it)
 
 
@@ -414,7 +417,7 @@ class Engine:
         accepted it (the document's cache already holds it), so that accepting and asking again is
         answered at once. Warmup priority: it waits for interactive work, stops when some arrives
         (Scheduler.should_yield) and is superseded by any other request for the document."""
-        if not (self.cfg.prefetch and text.strip()) or doc_key == WARM_START_DOC:
+        if not (self.cfg.prefetch and text.strip()) or doc_key.startswith(INTERNAL_DOC):
             return
         rec = Record(prefix + text, suffix)
         rec.extra = tuple(extra)

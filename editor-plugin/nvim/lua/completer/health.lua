@@ -75,8 +75,12 @@ local function check_doctor()
     return
   end
   local report, err = require('completer').doctor()
-  if not report then
+  if err then
     health.error('completer/doctor failed: ' .. tostring(err))
+    return
+  end
+  if type(report) ~= 'table' or type(report.checks) ~= 'table' then  -- null: a server without it
+    health.info('the server does not answer completer/doctor (another or older server): run `completer doctor` in a shell')
     return
   end
   local say = { ok = health.ok, warn = health.warn, fail = health.error, skip = health.info }

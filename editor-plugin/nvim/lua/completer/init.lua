@@ -694,6 +694,9 @@ local MARKS = { ok = '[ok]  ', warn = '[warn]', fail = '[FAIL]', skip = '[skip]'
 
 --- A doctor report as lines: one per check with its mark, then the verdict and the first problem's fix.
 function M.doctor_lines(report)
+  if type(report) ~= 'table' or type(report.checks) ~= 'table' then  -- null: a server without it
+    return { 'the server does not answer completer/doctor: run `completer doctor` in a shell' }
+  end
   local width = 0
   for _, c in ipairs(report.checks) do
     width = math.max(width, #c.name)
