@@ -106,7 +106,7 @@ def _complete_file(a: argparse.Namespace, r: config.Resolved) -> int:
     if not root.is_dir():
         raise UsageError(f"--workspace {a.workspace} is not a directory")
     engine = make_engine(**{k: r.values[k] for k in r.values if config.OPTIONS[k].scope in ("engine", "client")}
-                         | {"engine_api_key": r.engine_key()[0]})
+                         | {"engine_api_key": r.engine_key()[0], "prefetch": False})  # one shot: nothing to accept
     opts = CompletionOptions(max_new_tokens=r.values["max_new_tokens"], syntax=r.build(config.SyntaxOptions))
     ws_opts = r.build(config.WorkspaceOptions)
     index = None
@@ -151,7 +151,7 @@ def cmd_next_edit(a: argparse.Namespace) -> int:
     r = resolve(a, ("engine", "client", "lsp"), a.path)
     v = r.values
     engine = make_engine(**{k: v[k] for k in v if config.OPTIONS[k].scope in ("engine", "client")}
-                         | {"engine_api_key": r.engine_key()[0]})
+                         | {"engine_api_key": r.engine_key()[0], "prefetch": False})
     ne = predict(engine, text, a.line, a.col, history, path=Path(a.path).as_posix(), fmt=v["next_edit_format"],
                  speculative=not a.no_speculative, doc_key=str(Path(a.path).resolve()),
                  above=v["next_edit_lines_above"], below=v["next_edit_lines_below"], max_lines=v["next_edit_max_lines"],

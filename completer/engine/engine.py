@@ -11,6 +11,7 @@ request by a prefix of that completion's text is served the rest of it without t
 """
 from __future__ import annotations
 
+import atexit
 import copy
 import json
 import logging
@@ -72,17 +73,34 @@ WARM_START_DOC = INTERNAL_DOC + "startup"
 PREFETCH_IDLE_S = 2.0  # the prefetch worker ends after this long without a job (the next one starts it)
 
 
+_SHUTDOWN = threading.Event()  # the interpreter is exiting: prefetches stop at their next step
+_PREFETCHING: weakref.WeakSet[Engine] = weakref.WeakSet()  # engines whose prefetch worker was started
+
+
+@atexit.register
+def _stop_prefetches() -> None:
+    """At exit, before daemon threads are dropped mid-call: a prefetch inside the native step when
+    the process ended aborted it ("terminate called without an active exception", exit -6)."""
+    _SHUTDOWN.set()
+    for eng in list(_PREFETCHING):
+        with eng._prefetch_cond:
+            eng._prefetch_cond.notify_all()
+            worker = eng._prefetch_worker
+        if worker is not None:
+            worker.join(timeout=2.0)
+
+
 def _prefetch_loop(ref: weakref.ref) -> None:
     """The prefetch worker: runs queued prefetches one at a time, oldest document first; holds its
     engine only while it works (a dropped engine ends it), and ends when idle."""
     while True:
         eng = ref()
-        if eng is None:
+        if eng is None or _SHUTDOWN.is_set():
             return
         with eng._prefetch_cond:
             if not eng._prefetch_jobs:
                 eng._prefetch_cond.wait(PREFETCH_IDLE_S)
-            if not eng._prefetch_jobs:
+            if not eng._prefetch_jobs or _SHUTDOWN.is_set():
                 eng._prefetch_worker = None
                 return
             doc, (rec, max_new, extra) = eng._prefetch_jobs.popitem(last=False)
@@ -97,7 +115,7 @@ class _Busy:
         self.sched = sched
 
     def is_set(self) -> bool:
-        return self.sched.should_yield()
+        return _SHUTDOWN.is_set() or self.sched.should_yield()
 
 
 def to_completion(text: str, ids: list[int], st: GenStats, speculative: bool, shown: int | None = None,
@@ -417,7 +435,7 @@ class Engine:
         accepted it (the document's cache already holds it), so that accepting and asking again is
         answered at once. Warmup priority: it waits for interactive work, stops when some arrives
         (Scheduler.should_yield) and is superseded by any other request for the document."""
-        if not (self.cfg.prefetch and text.strip()) or doc_key.startswith(INTERNAL_DOC):
+        if not (self.cfg.prefetch and text.strip()) or doc_key.startswith(INTERNAL_DOC) or _SHUTDOWN.is_set():
             return
         rec = Record(prefix + text, suffix)
         rec.extra = tuple(extra)
@@ -429,6 +447,7 @@ class Engine:
             if self._prefetch_worker is None:
                 self._prefetch_worker = threading.Thread(target=_prefetch_loop, args=(weakref.ref(self),),
                                                          name="completer-prefetch", daemon=True)
+                _PREFETCHING.add(self)
                 self._prefetch_worker.start()
             self._prefetch_cond.notify()
 
