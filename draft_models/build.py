@@ -11,7 +11,7 @@ import json
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -61,16 +61,20 @@ PRESETS = {
                                 eval_batches=16),
         max_files=None, sources=tuple(SOURCES), repo_rate=0.25),
 }
+# The size study of issue 36 ("the same token budget at the current shape and at a ~25–40 M
+# target"): the default recipe with a 29.5 M target (d 512, 8 layers, 8 heads, MLP 1 376); the
+# draft's shape unchanged. Run both from scratch with the same --target-steps and compare.
+PRESETS["wide"] = replace(PRESETS["default"], target=ModelShape(hidden=512, layers=8, heads=8, intermediate=1376))
 
 
 def build(preset_name: str, out_dir: Path, run_dir: Path, seed: int = 0,
           target_steps: int | None = None, draft_steps: int | None = None,
-          warm_start: Path | None = None, repo_samples: list[Path] = ()) -> dict:
-    from dataclasses import replace
-
+          warm_start: Path | None = None, repo_samples: list[Path] = (), eval_every: int | None = None) -> dict:
     p = PRESETS[preset_name]
     tt = replace(p.target_train, steps=target_steps) if target_steps else p.target_train
     dt = replace(p.draft_train, steps=draft_steps) if draft_steps else p.draft_train
+    if eval_every:
+        tt, dt = replace(tt, eval_every=eval_every), replace(dt, eval_every=eval_every)
     run_dir.mkdir(parents=True, exist_ok=True)
 
     def log(msg: str) -> None:
@@ -164,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--target-steps", type=int, help="override the preset's target steps")
     ap.add_argument("--draft-steps", type=int, help="override the preset's draft steps")
+    ap.add_argument("--eval-every", type=int, help="override the preset's held-out evaluation interval (steps)")
     ap.add_argument("--warm-start", type=Path, help="a pair's folder (target/, draft/) to start from, its "
                     "tokenizer kept (e.g. draft_models/default: the shipped pair)")
     ap.add_argument("--repo-samples", type=Path, nargs="*", default=[],
@@ -171,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     run_dir = a.run_dir or Path("runs") / a.preset
     out = a.out or (DEFAULT_DIR if a.preset == "default" else run_dir / "out")
-    build(a.preset, out, run_dir, a.seed, a.target_steps, a.draft_steps, a.warm_start, a.repo_samples)
+    build(a.preset, out, run_dir, a.seed, a.target_steps, a.draft_steps, a.warm_start, a.repo_samples,
+          a.eval_every)
     return 0
 
 

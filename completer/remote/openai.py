@@ -5,9 +5,12 @@ The FIM prompt is built here from the model family's format (completer.fim.FIM_F
 `fim_format` names the family, "auto" reads it from the model name the server reports at
 /v1/models); "suffix" sends OpenAI's `suffix` field and lets the server build it (our
 `completer serve`, Ollama). Repository context (`extra`, client.Chunk) is rendered into the
-prompt by completer.fim (the family's file separators, else a path comment per chunk); in
+prompt by completer.prompt, the prompt builder (the family's file separators, else a path comment per chunk); in
 "suffix" mode it goes to our server as the optional `extra` field. The sampling options
-(temperature, top_p; seed when sampling) go with every request. Completions stream as SSE;
+(temperature, top_p; seed when sampling) go with every request. With `min_confidence` set, the
+confidence gate (completer/confidence.py) runs on the log-probabilities the server streams
+(`logprobs: 1`; OpenAI's and vLLM's `token_logprobs`, llama-server's `content` list); a server
+that sends none leaves the completion as it is, and our own server gates itself. Completions stream as SSE;
 the in-loop stop and `cancel` close the connection. The document key goes in `user`, which our
 server uses to keep the document's KV cache. The API key (`api_key`, else `COMPLETER_API_KEY`)
 is sent as `Authorization: Bearer` and nowhere else.
@@ -21,10 +24,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import fim
+from .. import confidence
 from ..client import Chunk, Completion, EngineError, StopReason, StopText, prompt_budget
-from ..edits.formats import EditPrompt, edit_budget, read_answer, render
+from ..edits.formats import EditPrompt, edit_budget, read_answer
 from ..fim import FIM_FORMATS
+from ..prompt import piece_text
+from ..prompt import render as fim_text
 from .transport import SAMPLING, Http, Superseded, TokenMemo, edit_format, follow, live_options
 
 DEFAULT_CTX = 2048      # when the server does not say (vLLM says max_model_len, llama-server n_ctx_train)
@@ -67,6 +72,7 @@ class OpenAI:
                          retries=retries)
         self.model, self.fim_name = model, fim_format
         self.max_new_tokens, self.temperature, self.top_p, self.seed = max_new_tokens, temperature, top_p, seed
+        self.min_confidence: float | None = None  # the confidence gate: off unless set (no calibration here)
         self.fmt: str | None = None  # a FIM_FORMATS name or SERVER_FIM
         self.ctx = 0
         self.exact_tokens = False  # whether the server answered /tokenize
@@ -105,11 +111,14 @@ class OpenAI:
 
     def reconfigure(self, **values: Any) -> None:
         """The options of `values` this client uses (engine_timeout_ms, engine_retries,
-        max_new_tokens, temperature, top_p, seed) apply from the next request on; the model and
-        its format (engine_model, fim_format) need a new client (config marks them reload)."""
+        max_new_tokens, temperature, top_p, seed, min_confidence) apply from the next request on;
+        the model and its format (engine_model, fim_format) need a new client (config marks them reload)."""
         self.http.reconfigure(**values)
         for name, value in live_options(values, SAMPLING).items():
             setattr(self, name, value)
+        if "min_confidence" in values:  # applied here, on the log-probabilities the server streams
+            v = values["min_confidence"]
+            self.min_confidence = None if v is None else live_options(values, ("min_confidence",))["min_confidence"]
 
     def _ready(self) -> None:
         if self.fmt is None:
@@ -135,7 +144,7 @@ class OpenAI:
             if extra:
                 body["extra"] = [{"path": c.path, "text": c.text} for c in extra]
         else:
-            body.update(prompt=fim.render(self.fmt, prefix, suffix, extra),
+            body.update(prompt=fim_text(self.fmt, prefix, suffix, extra),
                         stop=list(FIM_FORMATS[self.fmt].stops))
         if stream:
             body["stream_options"] = {"include_usage": True}
@@ -151,12 +160,24 @@ class OpenAI:
         if cancel is not None and cancel.is_set():
             return Completion("", stop_reason=StopReason.CANCELLED)
         n = max_new or self.max_new_tokens
-        events = self.http.stream(self.api + "/completions", self._body(prefix, suffix, doc_key, n, True, extra),
-                                  cancel, done=lambda ev: False)  # until data: [DONE]
+        # our own server gates with its model's calibration (and takes no `logprobs`)
+        gate = confidence.StreamGate(None if self.fmt == SERVER_FIM else self.min_confidence)
+        body = self._body(prefix, suffix, doc_key, n, True, extra)
+        if gate.on:
+            body["logprobs"] = 1  # each token's log-probability, for the confidence gate
+        events = gate.events(self.http.stream(self.api + "/completions", body, cancel, done=lambda ev: False),
+                             _token_logprobs, _with_text)  # until data: [DONE]
         finish: dict = {}
         usage: dict = {}
         text_of = _event_reader(usage, finish)
-        text, _, why, ttft = follow(events, text_of, stop_text, on_text, cancel, t0, n)
+        # with the gate on, the text is given once it is judged: a word it takes back was never shown
+        text, _, why, ttft = follow(events, text_of, stop_text, None if gate.on else on_text, cancel, t0, n)
+        unsure = ""
+        if gate.unsure is not None:  # refused: keep whole words of the sure tokens
+            text = confidence.whole_words(text, gate.unsure)
+            why, unsure = why or StopReason.UNSURE, gate.unsure
+        if gate.on and on_text is not None and text:
+            on_text(text)
         total = (time.perf_counter() - t0) * 1e3
         new = int(usage.get("completion_tokens") or 0)
         prompt = int(usage.get("prompt_tokens") or 0)
@@ -168,6 +189,7 @@ class OpenAI:
                           ttft_ms=ttft if ttft is not None else total, total_ms=total, prompt_tokens=prompt,
                           prefill_tokens=prompt - cached,
                           stop_reason=why or FINISH_REASONS.get(finish.get("reason", ""), StopReason.NONE),
+                          confidence=confidence.score(gate.logprobs) if gate.on else None, unsure_text=unsure,
                           extra={"model": self.model, "fim_format": self.fmt, "tokens_cached": cached})
 
     def rewrite(self, request: EditPrompt, *, fmt: str = "auto", doc_key: str = "_default",
@@ -182,7 +204,7 @@ class OpenAI:
         if cancel is not None and cancel.is_set():
             return Completion("", stop_reason=StopReason.CANCELLED, edit_format=f.name, malformed=True)
         n = edit_budget(self.count_tokens(f.draft(request)), max_new)
-        body = {"model": self.model, "prompt": render(f.prompt(request)), "max_tokens": n, "temperature": 0.0,
+        body = {"model": self.model, "prompt": piece_text(f.prompt(request)), "max_tokens": n, "temperature": 0.0,
                 "stream": True, "stop": list(f.stops), "user": doc_key, "stream_options": {"include_usage": True}}
         events = self.http.stream(self.api + "/completions", body, cancel, done=lambda ev: False)
         finish: dict = {}
@@ -256,3 +278,25 @@ def _event_reader(usage: dict, finish: dict) -> Callable[[dict], str]:
             finish["reason"] = choices[0]["finish_reason"]
         return str(choices[0].get("text") or "")
     return text_of
+
+
+def _token_logprobs(ev: dict) -> list[tuple[str, float]]:
+    """A streamed /v1/completions event's tokens with their log-probabilities: OpenAI's (and
+    vLLM's) `logprobs: {tokens, token_logprobs}`, or llama-server's `logprobs: {content: [{token,
+    logprob}]}`; [] where the server sent none (the gate then lets the event through)."""
+    choices = ev.get("choices")
+    lp = choices[0].get("logprobs") if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+    if not isinstance(lp, dict):
+        return []
+    if isinstance(lp.get("content"), list):
+        return [(str(t.get("token") or ""), float(t.get("logprob") or 0.0)) for t in lp["content"] if isinstance(t, dict)]
+    tokens, lps = lp.get("tokens"), lp.get("token_logprobs")
+    if isinstance(tokens, list) and isinstance(lps, list):
+        return [(str(t), float(v if v is not None else 0.0)) for t, v in zip(tokens, lps, strict=False)]
+    return []
+
+
+def _with_text(ev: dict, text: str) -> dict:
+    """The event holding only `text` (the sure tokens before a refused one), not finished."""
+    choice = {**ev["choices"][0], "text": text, "finish_reason": None}
+    return {**ev, "choices": [choice]}
