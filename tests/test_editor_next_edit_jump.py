@@ -132,14 +132,14 @@ JUMP = {"start_line": 6, "start_col": 4, "end_line": 6, "end_col": 9,
 
 @pytest.fixture
 def jump_server():
-    """A /ws server answering each next_edit with no edits in the region and a jump (`stats`
-    carries the answer's fields, as `completer serve`'s frame does), then nothing."""
+    """A /ws server answering each next_edit with no edits in the region and a jump (beside
+    `edits`, as `completer serve`'s frame has it), then nothing."""
     import threading
 
     import msgpack
     from websockets.sync.server import serve
 
-    replies = [{"edits": [], "stats": {"source": "rename", "jump": JUMP}}]
+    replies = [{"edits": [], "jump": JUMP, "stats": {"source": "rename"}}]
 
     def handler(ws):
         for message in ws:

@@ -57,6 +57,19 @@ async def test_next_edit_frame(server):
         assert (r["edits"], r["reason"]) == ([], "untrained")
 
 
+async def test_the_jump_is_a_field_of_the_answer_beside_edits(server):
+    # a function renamed at its def, used 30 lines further down (past the region): the frame's
+    # `jump` names that place and carries its edit, at the top level like completer/nextEdit's
+    before = "def fetch(url):\n    return url\n" + "".join(f"x{i} = {i}\n" for i in range(30)) + "y = fetch('a')\n"
+    text = before.replace("def fetch(", "def fetch_all(")
+    async with connect_ws(server) as ws:
+        r = await ask(ws, {"type": "next_edit", "id": 9, "text": text, "line": 0, "col": 13, "before": before,
+                           "path": "f.py", "language": "python"})
+    assert (r["edits"], r["stats"]["source"], "jump" in r["stats"]) == ([], "rename", False), r
+    assert r["jump"] == {"start_line": 32, "start_col": 4, "end_line": 32, "end_col": 9,
+                         "edits": [{"start_line": 32, "start_col": 4, "end_line": 32, "end_col": 9, "text": "fetch_all"}]}
+
+
 @pytest.mark.parametrize("bad, code", [
     ({"line": 99}, "bad_request"), ({"col": -1}, "bad_request"), ({"before": "no\ncommon\nlines\n"}, "bad_request"),
     ({"line": "0"}, "bad_request"), ({"text": None}, "bad_request"), ({"id": None}, "bad_request"),

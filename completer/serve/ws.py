@@ -159,8 +159,9 @@ def _next_edit(service, conn: Conn, f: dict) -> dict | None:
                                      rename=f["rename"] is not False, rename_first=f["rename_first"] is not False)
         out = ne.to_json()
         frame = {"type": "next_edit", "id": id_, "edits": out.pop("edits"), "stats": out}
-        if "reason" in out:
-            frame["reason"] = out.pop("reason")
+        for k in ("reason", "jump"):  # the answer's own fields beside edits, as completer/nextEdit has them
+            if k in out:
+                frame[k] = out.pop(k)
         return frame
 
     _start(conn, _answer_once(conn, id_, cancel, reply))

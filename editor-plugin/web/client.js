@@ -110,7 +110,8 @@ export function withToken(url, token) {
  * One connection to `completer serve`. Events (set as properties):
  *   onState(state, detail)  state: "connecting" | "open" | "ready" | "closed"
  *   onChunk(id, delta), onDone(id, text, cancelled, stats), onError(id, code, message),
- *   onNextEdit(id, edits, reason, stats)  edits: [{start_line, start_col, end_line, end_col, text}]
+ *   onNextEdit(id, edits, reason, stats, jump)  edits: [{start_line, start_col, end_line, end_col, text}];
+ *     jump: the next place past the region, {start_line, start_col, end_line, end_col, edits}, or null
  * Frames for requests other than the latest are still passed on: the caller decides by id.
  */
 export class CompleterClient {
@@ -204,7 +205,8 @@ export class CompleterClient {
         break;
       case "next_edit":
         this.inflight.delete(msg.id);
-        this.onNextEdit(msg.id, Array.isArray(msg.edits) ? msg.edits : [], msg.reason ?? null, msg.stats ?? {});
+        this.onNextEdit(msg.id, Array.isArray(msg.edits) ? msg.edits : [], msg.reason ?? null, msg.stats ?? {},
+                        msg.jump ?? null);
         break;
       case "pong":
         break;

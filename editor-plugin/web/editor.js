@@ -284,7 +284,7 @@ function connect(url) {
     latencyEl.dataset.request = String(id);  // whose done frame the line shows (timings can repeat)
     if (!text) cur.id = null;
   };
-  client.onNextEdit = (id, edits, reason, stats) => {
+  client.onNextEdit = (id, edits, reason, stats, jumpAt) => {
     if (id !== edit.id) return;
     edit.id = null;
     const parts = formatStats(stats);
@@ -293,7 +293,7 @@ function connect(url) {
     // Computed on another text than the one on screen: dropped, never applied.
     if (view.state.doc.toString() !== edit.text) return;
     const changes = editsToChanges(view.state.doc, edits);
-    const jump = jumpOf(view.state.doc, stats.jump);  // the frame's stats carry the answer's fields
+    const jump = jumpOf(view.state.doc, jumpAt);
     if (changes === null) showError(id, "client_next_edit", "edits outside the document or overlapping");
     else if (changes.length || jump) view.dispatch({ effects: setNextEdit.of({ id, changes, jump }) });
   };

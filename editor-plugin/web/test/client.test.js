@@ -178,16 +178,19 @@ test("after a withdrawal the accept keys are held for the guard's time, then fre
 test("next_edit: the request carries text, before and the cursor; the reply reaches onNextEdit", () => {
   const { c, ws } = connected();
   const got = [];
-  c.onNextEdit = (id, edits, reason, stats) => got.push([id, edits, reason, stats]);
+  c.onNextEdit = (id, edits, reason, stats, jump) => got.push([id, edits, reason, stats, jump]);
   const id = c.nextEdit({ doc: "a.py", text: "b = 1\n", before: "a = 1\n", line: 0, col: 1, language: "python" });
   assert.deepEqual(ws.sent.at(-1), { type: "next_edit", id, text: "b = 1\n", line: 0, col: 1, before: "a = 1\n",
                                      path: "a.py", language: "python" });
   const edits = [{ start_line: 1, start_col: 0, end_line: 1, end_col: 1, text: "b" }];
   ws.serve({ type: "next_edit", id, edits, stats: { total_ms: 5 } });
-  assert.deepEqual(got, [[id, edits, null, { total_ms: 5 }]]);
+  assert.deepEqual(got, [[id, edits, null, { total_ms: 5 }, null]]);
   assert.equal(c.cancel(id), false, "answered: no longer in flight");
   ws.serve({ type: "next_edit", id: id + 1 });
   assert.deepEqual(got.at(-1)[1], [], "no edits field: nothing to suggest");
+  const jump = { start_line: 9, start_col: 4, end_line: 9, end_col: 9, edits };
+  ws.serve({ type: "next_edit", id: id + 2, edits: [], jump, stats: { source: "rename" } });
+  assert.deepEqual(got.at(-1).slice(3), [{ source: "rename" }, jump], "the jump beside edits, not in stats");
 });
 
 test("feedback on a next edit says so", () => {
