@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 
 from .edits.formats import EDIT_FORMATS  # torch-free: the next-edit formats' table
 from .fim import FIM_FORMATS  # torch-free: the table of model families' FIM spellings
+from .prompt import GRID_LINES  # torch-free: the prompt builder's grid
 
 
 def opt(default: Any, help: str, *, choices: tuple[str, ...] | None = None, lo: float | None = None,
@@ -158,7 +159,7 @@ class SyntaxOptions:
     header_share: float = opt(0.2, "share of the budget for imports and outline outside the window", lo=0.0,
                               hi=0.9)
     max_siblings: int = opt(8, "sibling definitions summarised in the header", lo=0, hi=1000, project="at_most")
-    grid_lines: int = opt(16, "the prefix window starts on this line grid (stable KV-cache reuse)", lo=1,
+    grid_lines: int = opt(GRID_LINES, "the prefix window starts on this line grid (stable KV-cache reuse)", lo=1,
                           hi=4096)
     parse_check: bool = opt(True, "trim what adds parse errors (re-parse with the candidate inserted)")
     stop_degenerate: bool = opt(True, "stop and drop degenerate output (a unit or line repeated in a row, "

@@ -1,39 +1,15 @@
-"""FIM prompt formats per model family (a table), their detection against a tokenizer, and how
-the chunks of other files (client.Chunk, repository context) are written for a family.
-Torch-free: config takes its choices from the table, the OpenAI-compatible client renders its
-text prompts with `render`, the engine builds token prompts from the same pieces
-(engine/prompt.py).
+"""FIM prompt formats per model family (a table) and their detection against a tokenizer.
+Torch-free: config takes its choices from the table; how a prompt is laid out in a family's
+format, as text and as ids, is completer/prompt.py's (the prompt builder).
 
 SPM (`<fim_suffix> suffix <fim_middle> prefix`) is used when the model was trained with it (the
-embedded pair): the prompt ends at the cursor, so typing only appends tokens and the per-document
-KV cache keeps everything before them. PSM (`<fim_prefix> prefix <fim_suffix> suffix
-<fim_middle>`) is the layout of most public coder models. Without FIM tokens: plain prefix.
-
-Repository context: a family with repository tokens (Qwen2.5-Coder `<|file_sep|>`, StarCoder2
-`<file_sep>`) gets one `{file_sep}path\\ntext` section per chunk before its FIM prompt, as it was
-trained on repository-level samples. Any other family gets each chunk as a path comment and its
-text at the start of the prefix (a model without such tokens reads them as more of the file).
-Chunks keep the caller's order, so the prompt's head stays the same while the user types.
+embedded pair): the prompt ends at the cursor. PSM (`<fim_prefix> prefix <fim_suffix> suffix
+<fim_middle>`) is the layout of most public coder models. Without FIM tokens: plain prefix. A
+family with repository tokens (`repo_name`, `file_sep`) was trained on repository-level samples.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-
-from .client import Chunk
-
-SENTINEL_TOKENS = 3      # the most FIM tokens a format adds around the text (PSM: prefix, suffix, middle)
-DEFAULT_COMMENT = "#"    # the path comment of a language without line comments (plain text)
-# Characters per token never exceed this for the tokenizers we meet (code averages 3-4): it bounds
-# how much text is looked at and tokenized, by the syntax layer and the engine alike.
-MAX_CHARS_PER_TOKEN = 12
-
-
-def chunks_budget(budget: int) -> int:
-    """Tokens of a prompt's `budget` that the chunks of other files may take (whole chunks, in
-    order, while they fit): the rule the engine's prompt (engine/prompt.py) applies and the
-    syntax layer plans the cursor file's window by (pipeline.py)."""
-    return budget // 2
 
 
 @dataclass(frozen=True)
@@ -82,59 +58,6 @@ def spec(name: str) -> FimSpec:
     if name not in FIM_FORMATS:
         raise ValueError(f"FIM format {name!r}: expected auto or one of {', '.join(FIM_FORMATS)}")
     return FIM_FORMATS[name]
-
-
-# -- repository context ----------------------------------------------------------------------
-def extra_pieces(name: str, chunks: Sequence[Chunk], language: str | None = None) -> list[tuple[str, bool]]:
-    """The chunks as (text, is_special_token) pieces, in order: a separator token is special,
-    everything from a document (paths, code) is not, so that an engine can encode the code
-    without ever reading a special token in it. Where they go: before the whole FIM prompt when
-    the family has a file separator (`leads_prompt`), else at the start of the prefix. A path
-    comment is written in the syntax of the chunk's own file, else of `language` (the cursor
-    file's, for a path of no known language), else with '#'."""
-    f = spec(name)
-    if f.file_sep is not None:
-        out: list[tuple[str, bool]] = []
-        for c in chunks:
-            out += [(f.file_sep, True), (f"{c.path}\n{_ended(c.text)}", False)]
-        return out
-    return [(f"{_comment(language, c.path)} {c.path}\n{_ended(c.text)}\n", False) for c in chunks]
-
-
-def leads_prompt(name: str) -> bool:
-    """Whether the family's chunks come before the FIM prompt (repository tokens) rather than at
-    the start of the prefix."""
-    return spec(name).file_sep is not None
-
-
-def render_extra(fmt: str, chunks: Sequence[Chunk], language: str | None = None) -> str:
-    """The chunks as text for format `fmt` (see extra_pieces for where it goes)."""
-    return "".join(text for text, _ in extra_pieces(fmt, chunks, language))
-
-
-def render(name: str, prefix: str, suffix: str, extra: Sequence[Chunk] = (), language: str | None = None) -> str:
-    """The text prompt of format `name` with the chunks `extra` (for a server that tokenizes it:
-    OpenAI-compatible completions); its stop strings are `FIM_FORMATS[name].stops`."""
-    f = spec(name)
-    head = render_extra(name, extra, language)
-    lead = head if leads_prompt(name) else ""
-    prefix = prefix if lead else head + prefix
-    if f.layout == "spm":
-        return f"{lead}{f.suffix}{suffix}{f.middle}{prefix}"
-    if f.layout == "psm":
-        return f"{lead}{f.prefix}{prefix}{f.suffix}{suffix}{f.middle}"
-    return lead + prefix
-
-
-def _comment(language: str | None, path: str) -> str:
-    from .documents import language_for  # tree-sitter's bindings: loaded only for a chunk
-    from .syntax.lang import spec as lang_spec
-
-    return lang_spec(language_for(None, path) or language).line_comment or DEFAULT_COMMENT
-
-
-def _ended(text: str) -> str:
-    return text if text.endswith("\n") else text + "\n"
 
 
 # -- against a tokenizer -----------------------------------------------------------------------

@@ -29,7 +29,7 @@ from .documents import (
     offset_at,
     snapshot_around,
 )
-from .fim import MAX_CHARS_PER_TOKEN, SENTINEL_TOKENS, chunks_budget, render_extra
+from .prompt import MAX_CHARS_PER_TOKEN, render_extra, text_budget, window_budget
 from .syntax import (
     Context,
     Mode,
@@ -152,7 +152,8 @@ def prompt_for(engine: EngineClient, snap: Snapshot, offset: int, options: Compl
     decision = gate(snap, offset, options.syntax)
     if decision.mode is Mode.EMPTY:
         return decision, None
-    budget = engine.prompt_budget(options.max_new_tokens) - SENTINEL_TOKENS
+    total = engine.prompt_budget(options.max_new_tokens)
+    budget = text_budget(total)
     snippets, rel = [], None
     if workspace is not None and path is not None:
         rel = workspace.rel(path)
@@ -162,10 +163,9 @@ def prompt_for(engine: EngineClient, snap: Snapshot, offset: int, options: Compl
                            key=lambda s: (s.path, s.start_line))
             snippets = _LAST.choose(workspace, rel, enclosing_definition(snap, offset), fresh, share)
     chunks = tuple(extra) + tuple(Chunk(s.path, s.text) for s in snippets)
-    # what the engine adds around them (a path comment each, or a file separator and the path)
-    # (the engine keeps chunks within fim.chunks_budget: engine/prompt.build_prompt)
-    spent = min(engine.count_tokens(render_extra("none", chunks, snap.language)), chunks_budget(budget)) if chunks else 0
-    window = select_context(snap, offset, engine.count_tokens, budget - spent, options.syntax, deadline)
+    # counted with what the engine adds around them (a path comment each, or a file separator and the path)
+    spent = engine.count_tokens(render_extra("none", chunks, snap.language)) if chunks else 0
+    window = select_context(snap, offset, engine.count_tokens, window_budget(total, spent), options.syntax, deadline)
     here = rel or (Path(path).name if path else "")
     own = tuple(Entry(sp.kind, here, first_line + _line_of(snap.text, sp.start),
                       first_line + _line_of(snap.text, max(sp.end - 1, sp.start)),

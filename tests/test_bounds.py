@@ -16,8 +16,8 @@ from lsprotocol import types as t
 from pytest_lsp import LanguageClient, client_capabilities
 from tokenizers import Tokenizer
 
-from completer.engine.prompt import build_prompt, encode_text
 from completer.fim import FimFormat
+from completer.prompt import encode_text, fim_ids
 from lsp.service import MAX_PARSED_DOCUMENTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +43,7 @@ def test_special_strings_in_a_document_never_become_control_ids():
     ids = encode_text(tok, SPECIAL_DOC)
     assert not set(ids) & control and tok.decode(ids) == SPECIAL_DOC
     fmt = FimFormat.detect(tok)
-    prompt = build_prompt(tok, fmt, SPECIAL_DOC * 3, SPECIAL_DOC, 4096)
+    prompt = fim_ids(tok, fmt, SPECIAL_DOC * 3, SPECIAL_DOC, 4096)
     assert [i for i in prompt if i in control] == [fmt.suffix, fmt.middle]  # only the format's own
 
 

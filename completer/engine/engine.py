@@ -42,6 +42,7 @@ from ..config import OPTIONS, EngineConfig
 from ..edits.formats import EditFormat, EditPrompt, edit_budget, read_answer
 from ..edits.formats import detect as detect_edit_format
 from ..fim import FimFormat, token_id
+from ..prompt import encode_text, fim_ids, piece_ids
 from .adaptive import AdaptiveK
 from .alternatives import MAX as ALTERNATIVES
 from .alternatives import alternatives, shown_text
@@ -50,7 +51,6 @@ from .caches import DocCache, kv_reserve_bytes
 from .calibrate import choose_amx_rows, measure_step_costs
 from .drafters import CombinedDrafter, Drafter, EditDrafter, FastPathDrafter, ModelDrafter
 from .models import ModelError, Pair, load_pair, quantize_draft
-from .prompt import build_prompt, encode_text
 from .quant import model_bytes
 from .records import Record, Records, StopFlag
 from .runner import LlamaWeights, common_prefix_len
@@ -277,9 +277,10 @@ class Engine:
 
     def fim_prompt(self, prefix: str, suffix: str, max_new: int | None = None,
                    extra: Sequence[Chunk] = ()) -> list[int]:
-        """The prompt `complete` and `warmup` build from the same arguments: one function, so a
-        warmup leaves in the cache exactly what the request after it reads."""
-        return build_prompt(self.tok, self.fim, prefix, suffix, self.prompt_budget(max_new), extra)
+        """The prompt `complete` and `warmup` build from the same arguments: one function (the
+        prompt builder's, completer/prompt.py), so a warmup leaves in the cache exactly what the
+        request after it reads."""
+        return fim_ids(self.tok, self.fim, prefix, suffix, self.prompt_budget(max_new), extra)
 
     def decode(self, ids: list[int]) -> str:
         return self.tok.decode(ids, skip_special_tokens=True)
@@ -352,7 +353,7 @@ class Engine:
                  on_text: Callable[[str], None] | None = None, node_kind: str | None = None,
                  sampling: Sampling | None = None, extra: Sequence[Chunk] = (), n: int | None = None) -> Completion:
         """Complete at the cursor between `prefix` and `suffix`, after the chunks of other files
-        `extra` (rendered by completer/fim.py, counted in the prompt budget). `stop_text(text)`
+        `extra` (laid out by the prompt builder, completer/prompt.py, counted in the prompt budget). `stop_text(text)`
         returns the length to keep once the completion is finished (e.g. its syntax node
         closed), else None; its reason becomes the stop_reason. `node_kind` (the syntax node at
         the cursor) keys the adaptive draft length. `on_text` gets the text as it is verified
@@ -518,14 +519,11 @@ class Engine:
     def edit_prompt(self, request: EditPrompt, f: EditFormat) -> list[int]:
         """The token ids of `request` in format `f`: a special piece is its token, text is
         document text (never a control token), as the fine-tune encoded its samples."""
-        prompt: list[int] = []
-        for p in f.prompt(request):
-            i = token_id(self.tok, p.text) if p.special else None
-            if p.special and i is None:
-                raise EngineError(f"next-edit format {f.name!r} needs the token {p.text!r}, which this tokenizer "
-                                  "lacks: set next_edit_format", "bad_request")
-            prompt += [i] if p.special else encode_text(self.tok, p.text)
-        return prompt
+        def missing(text: str) -> None:
+            raise EngineError(f"next-edit format {f.name!r} needs the token {text!r}, which this tokenizer "
+                              "lacks: set next_edit_format", "bad_request")
+
+        return piece_ids(self.tok, f.prompt(request), missing)
 
     def edits_untrained(self, fmt: str = "auto") -> bool:
         """Whether rewrite(fmt=fmt) answers "untrained" at once, touching no model: `auto` on a

@@ -23,7 +23,8 @@ from typing import Any
 
 from .. import confidence
 from ..client import Chunk, Completion, EngineError, StopReason, StopText, prompt_budget
-from ..edits.formats import EditPrompt, edit_budget, read_answer, render
+from ..edits.formats import EditPrompt, edit_budget, read_answer
+from ..prompt import piece_text
 from .transport import SAMPLING, Http, TokenMemo, edit_format, follow, live_options
 
 
@@ -169,7 +170,7 @@ class LlamaCpp:
         if cancel is not None and cancel.is_set():
             return Completion("", stop_reason=StopReason.CANCELLED, edit_format=f.name, malformed=True)
         n = edit_budget(self.count_tokens(f.draft(request)), max_new)
-        body = {"prompt": render(f.prompt(request)), "n_predict": n, "temperature": 0.0, "cache_prompt": True,
+        body = {"prompt": piece_text(f.prompt(request)), "n_predict": n, "temperature": 0.0, "cache_prompt": True,
                 "id_slot": self._slot(doc_key), "stream": True, "stop": list(f.stops)}
         if not speculative:
             body["speculative.n_max"] = 0

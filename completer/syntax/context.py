@@ -4,11 +4,11 @@ of the enclosing definitions).
 
 Order is chosen for the KV cache (the engine's SPM layout is `<fim_suffix> suffix <fim_middle>
 prefix`, the prefix ending at the cursor): the header comes first and depends only on the window
-start, the window start moves on a grid of lines, so while the user types only the last tokens of
+start, the window start moves on the prompt builder's grid (completer/prompt.py: lines, and chars
+inside one long line) moved to a syntax boundary, so while the user types only the last tokens of
 the prompt change."""
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -16,15 +16,11 @@ from tree_sitter import Node
 
 from ..config import SyntaxOptions
 from ..documents import Snapshot, line_starts
-from ..fim import MAX_CHARS_PER_TOKEN
+from ..prompt import MAX_CHARS_PER_TOKEN, cut_inside
 from .deadline import NEVER, Deadline
 from .lang import captures, spec
 
-# A window cut inside one long line (minified code, data) sits on a grid of this many chars, so
-# it moves once per CUT_GRID typed chars and the engine's cache keeps what is before it.
-CUT_GRID = 256
 IMPORT_REACH = 64 * 1024  # imports are looked for in the file's first and the window's last bytes
-_SPACE = re.compile(r"\s")
 
 
 @dataclass(frozen=True)
@@ -102,7 +98,7 @@ def select_context(snap: Snapshot, offset: int, count_tokens: Callable[[str], in
     win = lambda r: _window_start(snap, offset, starts, cur, first_line, lt, head, r, opts)
     w_start, header_items, skipped = win(room), [], ()
     if w_start == offset and cur >= 0 and starts[cur] < offset:  # not even the cursor's line fits
-        w_start = _cut_inside(text, starts[cur], offset, count_tokens, room, tail=True)
+        w_start = cut_inside(text, starts[cur], offset, count_tokens, room, tail=True)
     elif w_start > 0 and snap.tree is not None and deadline.expired():
         skipped = ("header",)
     elif w_start > 0 and snap.tree is not None:
@@ -145,36 +141,6 @@ def enclosing_definition(snap: Snapshot, offset: int) -> int | None:
 
 def _char_range(snap: Snapshot, node: Node) -> tuple[int, int]:
     return snap.char_at(node.start_byte), snap.char_at(node.end_byte)
-
-
-def _cut_inside(text: str, a: int, b: int, count_tokens: Callable[[str], int], room: int, tail: bool) -> int:
-    """A cut p inside one long line [a, b) so that text[p:b] (`tail`: the prefix side) or
-    text[a:p] (the suffix side) fits `room` tokens, about as much as fits: on the CUT_GRID of
-    absolute positions, then moved to whitespace within a grid step so that the window does not
-    open or end inside a token. Costs a few tokenizer calls over at most `room` tokens of text."""
-    if room <= 0 or a >= b:
-        return b if tail else a
-    sample = text[max(b - 2048, a):b] if tail else text[a:min(a + 2048, b)]
-    span = int(room * len(sample) / max(count_tokens(sample), 1))  # chars that should fit
-    for _ in range(8):
-        if tail:
-            p = min(max(-(-(b - span) // CUT_GRID) * CUT_GRID, a), b)
-            fits = count_tokens(text[p:b]) <= room
-        else:
-            p = max(min((a + span) // CUT_GRID * CUT_GRID, b), a)
-            fits = count_tokens(text[a:p]) <= room
-        if fits:
-            break
-        span = span * 3 // 4
-    else:
-        return b if tail else a
-    if tail and p > a:  # whitespace within one grid step, else the grid itself (text without any)
-        m = _SPACE.search(text, p, min(p + CUT_GRID, b))
-        return m.end() if m else p
-    if not tail and p < b:
-        k = max(text.rfind(" ", max(p - CUT_GRID, a), p), text.rfind("\t", max(p - CUT_GRID, a), p))
-        return k if k > a else p
-    return p
 
 
 # -- windows ---------------------------------------------------------------------------------
@@ -255,7 +221,7 @@ def _suffix_end(snap: Snapshot, offset: int, starts: list[int], cur: int, hi: in
     rest_end = starts[cur + 1] if cur + 1 < len(starts) else hi
     used = lt.count(text[offset:rest_end])
     if used > budget or rest_end < len(text) and cur + 1 >= len(starts):
-        return _cut_inside(text, offset, rest_end, lt.count, budget, tail=False)
+        return cut_inside(text, offset, rest_end, lt.count, budget, tail=False)
     k = cur + 1  # the suffix ends at starts[k] (or the text's end when k == len(starts))
     while k < len(starts) and k - cur <= opts.suffix_lines and used + lt.line(k) <= budget:
         used += lt.line(k)

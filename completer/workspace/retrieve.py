@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 
-from ..fim import MAX_CHARS_PER_TOKEN
+from ..prompt import MAX_CHARS_PER_TOKEN
 from .cursor import chains_at
 from .outline import Outline
 from .render import FORMS, render

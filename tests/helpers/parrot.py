@@ -47,7 +47,7 @@ def edit_prompt_ids(tok, path: str = "demo.py") -> tuple[list[int], list[int]]:
     from completer.edits.predict import from_versions
     from completer.edits.region import editable_region
     from completer.engine.engine import Engine
-    from completer.engine.prompt import encode_text
+    from completer.prompt import encode_text
 
     lo, hi = editable_region(EDIT_AFTER, EDIT_LINE, language="python")
     lines = EDIT_AFTER.splitlines(keepends=True)
