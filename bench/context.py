@@ -233,7 +233,7 @@ def run_package(root: Path, budgets: list[int], n_sites: int, count, seed: int) 
             recent, doc = open_site(ix, site, texts, files, srng)
             callee, used = used_defs(site, defs, texts)
             t0 = time.perf_counter()
-            ours = [s.as_dict() for s in ix.retrieve(site["path"], doc, len(doc[: site["cut"]].encode()), b)]
+            ours = [s.as_dict() for s in ix.retrieve(site["path"], doc, site["cut"], b)]
             times.append((time.perf_counter() - t0) * 1000)
             ix.update(site["path"], texts[site["path"]])
             for name, snips in (("none", []), ("ring", ring(recent, texts, srng, b, count)),
@@ -270,7 +270,7 @@ def latency_at_scale(roots: list[Path], into: Path, count, seed: int, target_fil
             doc = text[: site["cut"]] + text[site["end"]:]
             ix.update(pre + site["path"], doc, recent=True)
             t0 = time.perf_counter()
-            ix.retrieve(pre + site["path"], doc, len(doc[: site["cut"]].encode()), 512)
+            ix.retrieve(pre + site["path"], doc, site["cut"], 512)
             times.append((time.perf_counter() - t0) * 1000)
             ix.update(pre + site["path"], text)
     return ix.stats()["files"], times

@@ -116,6 +116,13 @@ def line_starts(text: str) -> list[int]:
     return [0] + [m.end() for m in _EOL.finditer(text)]
 
 
+def line_of(text: str, offset: int, start: int = 0) -> int:
+    """The one char offset → line rule: line breaks in text[start:offset] (\\r\\n, a lone \\r
+    and \\n each once, as line_starts), i.e. the 0-based line of `offset` counted from the line
+    holding `start`. Counts without building a line table (a 1 MB text costs three scans)."""
+    return text.count("\n", start, offset) + text.count("\r", start, offset) - text.count("\r\n", start, offset)
+
+
 def offset_at(text: str, line: int, character: int, encoding: str = "utf-32", *, strict: bool = False,
               exact: bool = False, starts: list[int] | None = None) -> int:
     """The one line/column → char offset rule (the language server's documents, the CLI, the

@@ -25,7 +25,7 @@ from .documents import (
     PositionError,
     Snapshot,
     language_for,
-    line_starts,
+    line_of,
     offset_at,
     snapshot_around,
 )
@@ -76,7 +76,7 @@ def _locate(engine: EngineClient, text: str | Snapshot, position: int | tuple[in
         return text, offset, 0, 0
     reach = max(WINDOW_CHARS, 2 * MAX_CHARS_PER_TOKEN * engine.prompt_budget(options.max_new_tokens))
     snap, start = snapshot_around(text, language_for(language), offset, reach)
-    return snap, offset - start, start, (len(line_starts(text[:start])) - 1 if start else 0)
+    return snap, offset - start, start, line_of(text, start)
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ def prompt_for(engine: EngineClient, snap: Snapshot, offset: int, options: Compl
         rel = workspace.rel(path)
         share = int(budget * workspace.options.cross_file_share)
         if rel is not None and share > 0:
-            fresh = sorted(workspace.retrieve(path, snap.text, snap.byte_at(offset), share),
+            fresh = sorted(workspace.retrieve(path, snap.text, offset, share),
                            key=lambda s: (s.path, s.start_line))
             snippets = _LAST.choose(workspace, rel, enclosing_definition(snap, offset), fresh, share)
     chunks = tuple(extra) + tuple(Chunk(s.path, s.text) for s in snippets)
@@ -167,18 +167,12 @@ def prompt_for(engine: EngineClient, snap: Snapshot, offset: int, options: Compl
     spent = engine.count_tokens(render_extra("none", chunks, snap.language)) if chunks else 0
     window = select_context(snap, offset, engine.count_tokens, window_budget(total, spent), options.syntax, deadline)
     here = rel or (Path(path).name if path else "")
-    own = tuple(Entry(sp.kind, here, first_line + _line_of(snap.text, sp.start),
-                      first_line + _line_of(snap.text, max(sp.end - 1, sp.start)),
+    own = tuple(Entry(sp.kind, here, first_line + line_of(snap.text, sp.start),
+                      first_line + line_of(snap.text, max(sp.end - 1, sp.start)),
                       engine.count_tokens(snap.text[sp.start:sp.end] if sp.shown is None else sp.shown))
                 for sp in window.spans)
     cross = tuple(Entry(s.kind, s.path, s.start_line, s.end_line, s.tokens) for s in snippets)
     return decision, Prompt(window, chunks, cross + own)
-
-
-def _line_of(text: str, offset: int) -> int:
-    """0-based line of char `offset` (lines end at \\r\\n, \\r or \\n, as documents.line_starts)."""
-    head = text[:offset]
-    return head.count("\n") + head.count("\r") - head.count("\r\n")
 
 
 def complete_at(engine: EngineClient, text: str | Snapshot, position: int | tuple[int, int], *,

@@ -664,7 +664,7 @@ class Service:
             return []
         budget = int(engine.prompt_budget() * self.options.cross_file_share)
         reach = offset_at(snap.text, line + self.options.next_edit_lines_below + 1, 0)
-        return [Chunk(s.path, s.text) for s in ws["workspace"].retrieve(ws["path"], snap.text, snap.byte_at(reach),
+        return [Chunk(s.path, s.text) for s in ws["workspace"].retrieve(ws["path"], snap.text, reach,
                                                                          budget)]
 
     def _no_edit(self, version: int | None, reason: str) -> dict:

@@ -54,6 +54,21 @@ def test_one_line_column_rule_for_the_cli_and_the_language_server(text):
         resolve_offset(text, (d.line_count(), 0))
 
 
+@pytest.mark.parametrize("text", ["ab\r\ncd\r\nef", "ab\rcd\ref", "ab\ncd\ref\r\n", "a😀\rb😀c\r\n", ""])
+def test_one_offset_to_line_rule(text):
+    """documents.line_of is the line a Document's position_at gives, for every offset of a
+    CRLF, CR and mixed text (the pipeline's entries, the context window's grid and the edit
+    history count lines with it), and counts from any line start."""
+    from completer.documents import line_of, line_starts
+
+    d = Document("u", text, None, encoding="utf-32")
+    for off in range(len(text) + 1):
+        if not (text[off - 1:off] == "\r" and text[off:off + 1] == "\n"):  # not inside a CRLF
+            assert line_of(text, off) == d.position_at(off)[0]
+    for i, s in enumerate(line_starts(text)):
+        assert line_of(text, len(text), s) == len(line_starts(text)) - 1 - i
+
+
 @pytest.mark.parametrize("lang_id,path,want", [
     ("python", None, "python"), ("typescriptreact", None, "tsx"), ("plaintext", "a.rs", "rust"),
     (None, "file:///x/y.go", "go"), ("cobol", "a.cbl", None), (None, None, None)])

@@ -38,7 +38,7 @@ def at(ix: WorkspaceIndex, rel: str, budget: int = 1000):
     text = (ix.root / rel).read_text(encoding="utf-8")
     off = text.index(CUR)
     text = text.replace(CUR, "")
-    return ix.retrieve(rel, text, len(text[:off].encode()), budget)
+    return ix.retrieve(rel, text, off, budget)
 
 
 def shown(snips) -> list[tuple[str, str]]:
@@ -353,7 +353,7 @@ def test_options_in_the_schema():
 def test_a_document_nobody_indexed_and_one_outside(tmp_path):
     ix = index(tmp_path, PY)
     text = "# é\nfrom .util import join_url\njoin_url("  # a new, unsaved file; bytes ≠ chars before the cursor
-    assert shown(ix.retrieve(tmp_path / "pkg/new.py", text, len(text.encode()), 500)) == [
+    assert shown(ix.retrieve(tmp_path / "pkg/new.py", text, len(text), 500)) == [
         ("pkg/util.py", "def join_url(base, path):")]
     outside = tmp_path.parent / "elsewhere.py"
     assert ix.retrieve(outside, "join_url(", 9, 500) == []  # not in the workspace: nothing to resolve through

@@ -18,6 +18,8 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Protocol
 
+from ..documents import line_of
+
 # No options yet (issue 24 item 2 will read them); the values are chosen, not measured.
 PAUSE_S = 1.0            # seconds: a pause longer than this ends the event
 JUMP_LINES = 2           # an edit more than this many lines from the event's region starts a new one
@@ -155,12 +157,7 @@ def _far(text: str, ev: Event, s: int, e: int) -> bool:
     breaks or JUMP_CHARS chars between them (counted only inside that gap)."""
     rend = ev.start + len(ev.new)
     lo, hi = (rend, s) if s > rend else (e, ev.start) if e < ev.start else (0, 0)
-    return hi - lo > JUMP_CHARS or _breaks(text, lo, hi) > JUMP_LINES
-
-
-def _breaks(text: str, lo: int, hi: int) -> int:
-    """Line breaks in text[lo:hi]: \\n, \\r\\n and a lone \\r each count once."""
-    return text.count("\n", lo, hi) + text.count("\r", lo, hi) - text.count("\r\n", lo, hi)
+    return hi - lo > JUMP_CHARS or line_of(text, hi, lo) > JUMP_LINES
 
 
 def _lines_before(text: str, pos: int) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from ..config import SyntaxOptions
-from ..documents import Snapshot, line_starts
+from ..documents import Snapshot, line_of, line_starts
 from ..prompt import MAX_CHARS_PER_TOKEN, cut_inside
 from .deadline import NEVER, Deadline
 from .lang import captures, spec
@@ -78,7 +78,7 @@ def select_context(snap: Snapshot, offset: int, count_tokens: Callable[[str], in
     reach = max(budget, 1) * MAX_CHARS_PER_TOKEN
     lo, hi = max(offset - reach, 0), min(offset + reach, len(text))
     # absolute line numbers keep the grid stable; only the text within reach is scanned
-    first_line = text.count("\n", 0, lo) if lo else 0
+    first_line = line_of(text, lo)
     starts = [lo + s for s in line_starts(text[lo:hi])]
     if lo:  # the first partial line is not a line start
         starts = starts[1:]

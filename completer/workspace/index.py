@@ -149,13 +149,13 @@ class WorkspaceIndex:
             self._recent.pop(rel, None)
             self._drop(rel)
 
-    def retrieve(self, doc_path: str | Path, text: str, cursor_byte: int, budget: int) -> list[Snippet]:
-        """Cross-file snippets for a completion at byte `cursor_byte` of `text` (the document's
-        live text), at most `budget` tokens together; [] when cross-file context is off."""
+    def retrieve(self, doc_path: str | Path, text: str, cursor: int, budget: int) -> list[Snippet]:
+        """Cross-file snippets for a completion at char `cursor` of `text` (the document's live
+        text), at most `budget` tokens together; [] when cross-file context is off."""
         rel = self.rel(doc_path)
         if rel is None or not self.options.cross_file or budget <= 0 or resolve(self.root, rel) is None:
             return []  # a file outside the workspace (or a link out of it) has no imports into it
-        offset = _char_offset(text, cursor_byte)
+        offset = max(0, min(cursor, len(text)))
         with self._lock:
             known = rel in self._outlines
         if not known and language_for(None, rel) is not None:
@@ -468,9 +468,3 @@ def _go_module(root: Path, max_bytes: int) -> str:
         if line.startswith("module ") and len(line.split()) > 1:
             return line.split()[1].strip('"')
     return ""
-
-
-def _char_offset(text: str, cursor_byte: int) -> int:
-    if text.isascii():
-        return max(0, min(cursor_byte, len(text)))
-    return len(text.encode("utf-8", "surrogatepass")[:max(cursor_byte, 0)].decode("utf-8", "ignore"))

@@ -45,7 +45,7 @@ def samples(root: Path, name: str, count_tokens, n: int, budget: int, seed: int 
             continue
         sp = random_fim_split(text, rng)
         cursor = len(sp.prefix)
-        snippets = sorted(index.retrieve(rel, text, len(text[:cursor].encode()), budget),
+        snippets = sorted(index.retrieve(rel, text, cursor, budget),
                           key=lambda s: (s.path, s.start_line))
         if not snippets or not all(allowed(s.path) for s in snippets):
             continue
