@@ -34,9 +34,13 @@ from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .edits.formats import EDIT_FORMATS  # torch-free: the next-edit formats' table
 from .fim import FIM_FORMATS  # torch-free: the table of model families' FIM spellings
 from .prompt import GRID_LINES  # torch-free: the prompt builder's grid
+
+# The names of edits/formats.EDIT_FORMATS (tests/test_config.py holds them equal): the schema
+# names them without importing the formats, which import the embedded pair's recipe
+# (draft_models/edit_format.py) and the edits package (tree-sitter): config stays light.
+EDIT_FORMAT_NAMES = ("completer", "zeta", "sweep")
 
 
 def opt(default: Any, help: str, *, choices: tuple[str, ...] | None = None, lo: float | None = None,
@@ -201,7 +205,7 @@ class LspConfig:
     next_edit_debounce_ms: int = opt(300, "the editor's wait after the last edit before it asks for a next edit",
                                      lo=0, hi=10_000, project="no")
     next_edit_format: str = opt("auto", "next-edit prompt format: auto (the embedded pair's own; else from the "
-                                "model's name or tokenizer) or a family's", choices=("auto", *EDIT_FORMATS))
+                                "model's name or tokenizer) or a family's", choices=("auto", *EDIT_FORMAT_NAMES))
     next_edit_rename: bool = opt(True, "carry a rename in the last edit to the other places of that name in its "
                                  "scope, from the syntax tree (when: next_edit_rename_first)")
     next_edit_rename_first: bool = opt(True, "the rename is suggested before the model is asked (milliseconds, "

@@ -273,3 +273,17 @@ def test_the_environment_is_read_in_config_only_and_listed():
                          cwd=root, timeout=120, check=True).stdout
     listed = out.split("environment variables:")[1]
     assert all(name in listed for name in config.ENVIRONMENT)
+
+
+def test_the_schema_names_the_next_edit_formats_without_importing_them():
+    """config lists edits/formats' table by name (its choices), and importing config loads neither
+    that table nor what it stands on (the embedded pair's recipe, tree-sitter): only the light
+    modules beside it (the FIM table, the prompt builder)."""
+    from completer.edits.formats import EDIT_FORMATS
+
+    assert config.EDIT_FORMAT_NAMES == tuple(EDIT_FORMATS)
+    code = ("import json, sys, completer.config; print(json.dumps(sorted(m for m in sys.modules "
+            "if m.startswith(('completer', 'draft_models', 'tree_sitter', 'torch')))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(out.stdout) == ["completer", "completer.client", "completer.config", "completer.fim",
+                                      "completer.prompt"]
