@@ -15,9 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import pytest_lsp
 from lsprotocol import types as t
-from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+from pytest_lsp import LanguageClient, client_capabilities
 
 pytestmark = pytest.mark.slow  # every test starts a process that loads an engine
 
@@ -161,23 +160,6 @@ def test_no_compiler_the_native_step_is_not_built_and_says_why(workspace, tmp_pa
 
 
 # -- the language server's completer/doctor ----------------------------------------------------------
-def _server() -> ClientServerConfig:
-    """The real `completer-lsp` on stdio, reading the suite's user config."""
-    return ClientServerConfig(server_command=[sys.executable, "-m", "lsp.server"],
-                              server_env={"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-                                          "XDG_CONFIG_HOME": os.environ["XDG_CONFIG_HOME"], "PYTHONPATH": str(ROOT)})
-
-
-@pytest_lsp.fixture(config=_server())
-async def lsp(lsp_client: LanguageClient):
-    @lsp_client.feature(t.CLIENT_REGISTER_CAPABILITY)
-    def register(params: t.RegistrationParams):  # the server asks to watch the workspace's files
-        pass
-
-    yield
-    await lsp_client.shutdown_session()
-
-
 async def _session(client: LanguageClient, root: Path, options: dict, encodings: list[str]) -> None:
     caps = client_capabilities("visual-studio-code")
     caps.general = t.GeneralClientCapabilities(position_encodings=encodings)
@@ -209,8 +191,7 @@ async def _doctor(client: LanguageClient) -> tuple[dict, dict]:
 
 
 @pytest.mark.asyncio
-async def test_lsp_doctor_reports_the_sessions_setup_and_the_editor(lsp: LanguageClient, workspace):
-    client = lsp
+async def test_lsp_doctor_reports_the_sessions_setup_and_the_editor(client: LanguageClient, workspace):
     await _session(client, workspace, {"device": "cpu", "max_new_tokens": 8}, ["utf-8", "utf-16"])
     for name in ("main.py", "pkg/util.py"):
         p = workspace / name
@@ -238,8 +219,7 @@ async def test_lsp_doctor_reports_the_sessions_setup_and_the_editor(lsp: Languag
 
 
 @pytest.mark.asyncio
-async def test_lsp_doctor_on_an_engine_that_is_down(lsp: LanguageClient, workspace):
-    client = lsp
+async def test_lsp_doctor_on_an_engine_that_is_down(client: LanguageClient, workspace):
     url = f"llamacpp:http://127.0.0.1:{closed_port()}"
     await _session(client, workspace, {"engine": url}, ["utf-16"])
     out, c = await _doctor(client)
