@@ -49,6 +49,9 @@ from .diff import TextEdit, apply_edits
 from .formats import HistoryItem
 from .region import RegionError, editable_region
 from .rename import callee, last_rename, receiver, renamed, roles
+from .repeat import Rule
+from .repeat import detect as detect_repeat
+from .repeat import sites as repeat_sites
 
 Read = Callable[[str], "str | None"]  # a workspace path → its text now (the editor's, else the disk's)
 Importers = Callable[[str, str, str], list]  # (path, name, text before) → completer.workspace.refs.Use list
@@ -87,6 +90,7 @@ class Change:
     before: tuple[Param, ...] = ()
     after: tuple[Param, ...] = ()
     uses: tuple = ()  # completer.workspace.refs.Use: the importing files
+    rule: Rule | None = None  # kind "repeat": the edit the user made twice (repeat.py)
 
 
 @dataclass(frozen=True)
@@ -123,9 +127,11 @@ def detect(text: str, path: str, cursor: int, history: Sequence[HistoryItem], la
     """The change the user's last edit made at a definition near `cursor` (char offset), or None.
     `tree`: the text's parse when the caller has one."""
     lang = language_for(language, path)
-    if lang is None or query(lang, "defines") is None:
+    if lang is None:
         return None
     got = last_rename(history, path)
+    if query(lang, "defines") is None:
+        return _repeated(text, path, cursor, history, lang, tree) if got is None else None
     if got is not None:
         # the edits of this file that renamed X to Y, newest first (the definition's, then the
         # uses accepted after it, in the language server's history; in file order in a history
@@ -136,9 +142,18 @@ def detect(text: str, path: str, cursor: int, history: Sequence[HistoryItem], la
             if found := _renamed_definition(text, path, span, lang, *got, importers, tree):
                 return found
     if lang == "python" and history and history[-1].path == path:
-        return _signature(text, path, cursor, history[-1], importers, tree) or (
+        found = _signature(text, path, cursor, history[-1], importers, tree) or (
             _needs_import(text, path, cursor, history[-1], providers, tree) if providers is not None else None)
-    return None
+        if found is not None:
+            return found
+    return _repeated(text, path, cursor, history, lang, tree) if got is None else None  # a rename is rename.py's
+
+
+def _repeated(text: str, path: str, cursor: int, history: Sequence[HistoryItem], lang: str, tree) -> Change | None:
+    """The same edit made twice by the file's last two edits (repeat.py), as a Change."""
+    got = detect_repeat(text, path, cursor, history, lang, tree)
+    return None if got is None else Change("repeat", lang, path, "repeat", got[0].removed, got[0].inserted,
+                                           rule=got[0])
 
 
 # -- the import a new name needs ------------------------------------------------------------------
@@ -512,6 +527,8 @@ def places(ch: Change, path: str, text: str, done: set[str] = frozenset()) -> li
         return []
     if ch.kind == "import":
         return _import_places(ch, snap, text) if path == ch.origin else []
+    if ch.kind == "repeat":
+        return _group(path, snap, text, repeat_sites(ch.rule, snap)) if path == ch.origin else []
     if ch.kind == "rename":
         sites = _rename_sites(ch, snap, path, uses)
         return _group(path, snap, text, [(s, e, ch.new if not short else f"{ch.old}: {ch.new}") for s, e, short in sites])
