@@ -716,7 +716,7 @@ class Service:
                 "parsed_documents": self.docs.parsed(), "parsers": parser_count(), "edit_events": len(self.edits),
                 **dict(c), "loads": c["loads"],
                 # shim: the in-process Engine.stats() names it "slots" (llama.cpp's client: kv_cached_documents)
-                "kv_cached_documents": engine_stats.get("kv_cached_documents", engine_stats.get("slots")),
+                "kv_cached_documents": engine_stats.get("kv_cached_documents"),
                 "acceptance_rate": round(c["accepted"] / judged, 4) if judged else None,
                 "accepted_char_rate": round(c["accepted_chars"] / c["shown_chars"], 4) if c["shown_chars"] else None,
                 "gate_reasons": dict(self.gates), "engine_stats": engine_stats,

@@ -91,7 +91,7 @@ def test_text_edits_truncate_at_first_change(tok):
 def test_budget_never_exceeded_and_lru(tok):
     pair = random_pair(tok)
     probe = engine(pair)
-    budget_mb = 3.5 * probe.cache_bytes / 2**20  # room for three slots
+    budget_mb = 3.5 * probe.cache_bytes / 2**20  # room for three documents' caches
     e = engine(pair, kv_budget_mb=budget_mb, max_new_tokens=2)
     rng = random.Random(3)
     lru: list[str] = []
@@ -155,12 +155,12 @@ def test_warmup_leaves_the_draft_while_the_document_decodes_plain(tok):
     prefix, suffix = "def area(r):\n    return 3.14 * r * r\n\n\ndef vol", "\n"
     e.warmup("x = 1\n", "", doc_key="w")
     cache = e.caches["w"]
-    cache.k.drafting = False
-    assert not cache.drafting()
+    cache.drafts.k.drafting = False
+    assert not cache.drafts.active()
     prompt = e.fim_prompt(prefix, suffix)
     assert e.warmup(prefix, suffix, doc_key="w") == len(prompt) - common_prefix_len(prompt, e.fim_prompt("x = 1\n", ""))
     assert cache.target.ids == prompt and cache.draft.ids != prompt
-    cache.k.drafting = True
+    cache.drafts.k.drafting = True
     assert e.warmup(prefix, suffix, doc_key="w") == 0 and cache.draft.ids == prompt  # the draft caught up
     assert e.complete(prefix, suffix, doc_key="w").token_ids == fresh.complete(prefix, suffix, doc_key="x").token_ids
 
@@ -172,10 +172,10 @@ def test_draft_length_adapts_per_syntax_node_kind(tok):
     plain = e.complete(prefix, doc_key="k").token_ids
     for kind in ("argument_list", "block", "argument_list"):
         assert e.complete(prefix, doc_key="k", node_kind=kind).token_ids == plain
-    slot = e.caches["k"]
-    assert list(slot.by_kind) == ["block", "argument_list"]  # most recently used last
-    assert slot.k_for("argument_list") is slot.by_kind["argument_list"]
-    assert slot.k_for(None) is slot.k
+    drafts = e.caches["k"].drafts
+    assert list(drafts.by_kind) == ["block", "argument_list"]  # most recently used last
+    assert drafts.k_for("argument_list") is drafts.by_kind["argument_list"]
+    assert drafts.k_for(None) is drafts.k
 
 
 def test_the_stop_says_why(tok):

@@ -43,7 +43,7 @@ def check_draft_lengths(e, _):
     """Documents cached before the change take the new bound; a new one starts at draft_len."""
     e.complete(PREFIX, SUFFIX, doc_key="old")
     e.reconfigure(draft_len=1, max_draft_len=1)
-    assert e.caches["old"].k.k_max == 1
+    assert e.caches["old"].drafts.k.k_max == 1
     for doc in ("old", "new"):
         c = e.complete(PREFIX, SUFFIX, doc_key=doc)
         assert c.extra["proposed"] <= c.target_forwards  # one draft token per verify at most

@@ -8,6 +8,7 @@ target has not consumed yet) and proposes what follows it.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from typing import Protocol
 
 import torch
@@ -245,3 +246,44 @@ class EditDrafter(Drafter):
                 self._last = (len(seq), p, len(ids))
                 return Proposal(ids, None, "edit") if ids else EMPTY
         return EMPTY
+
+
+class DocDrafts:
+    """One document's drafting state: its draft-length schedules (one, and one per kind of syntax
+    node the caller names) and its n-gram drafter (prompt lookup over the document's tokens).
+    Kept beside the document's KV caches (caches.DocCache) and dropped with them."""
+
+    MAX_KINDS = 64
+
+    def __init__(self, k: AdaptiveK, prior: AdaptiveK | None = None):
+        """`k`: the document's schedule, starting from what `prior` (the last document's) learnt:
+        acceptance and measured ms per token."""
+        self.k = k
+        if prior is not None:  # a new document starts where the engine's last one stood, not blind
+            self.k.learnt_from(prior)
+        self.by_kind: OrderedDict[str, AdaptiveK] = OrderedDict()  # per syntax-node kind (caller's)
+        self.ngram = NgramDrafter()
+
+    def active(self) -> bool:
+        """Whether any of the schedules drafts now (else the draft's KV cache can wait: a try of
+        drafting catches it up, ModelDrafter's sync)."""
+        return any(k.drafting for k in (self.k, *self.by_kind.values()))
+
+    def k_for(self, kind: str | None) -> AdaptiveK:
+        """The draft-length schedule for a kind of syntax node (argument lists, blocks and strings
+        accept drafts differently); a new kind starts from what the document has learnt."""
+        if kind is None:
+            return self.k
+        k = self.by_kind.get(kind)
+        if k is None:
+            k = self.by_kind[kind] = self.k.fork()
+            while len(self.by_kind) > self.MAX_KINDS:
+                self.by_kind.popitem(last=False)
+        self.by_kind.move_to_end(kind)
+        return k
+
+    def rebound(self, max_draft_len: int) -> None:
+        """The max_draft_len option changed: every schedule takes the new bound."""
+        self.k = self.k.resized(max_draft_len)
+        for kind, k in self.by_kind.items():
+            self.by_kind[kind] = k.resized(max_draft_len)

@@ -208,7 +208,7 @@ class Engine:
             return False
         last = next(reversed(self.caches.values()), None)  # the most recently used document's
         self.caches[doc] = cache = DocCache(self.pair, self.ctx, self.cfg, self.step_costs,
-                                            last.k if last is not None else None)
+                                            last.drafts.k if last is not None else None)
         return cache
 
     def _evict(self, live: set[str] | dict, room: int = 0) -> bool:
@@ -260,7 +260,7 @@ class Engine:
                 self.gen = torch.Generator().manual_seed(cfg.seed)
             if cfg.max_draft_len != old.max_draft_len:
                 for cache in self.caches.values():
-                    cache.rebound(cfg.max_draft_len)
+                    cache.drafts.rebound(cfg.max_draft_len)
             if not cfg.type_through:
                 self.records.clear()
             self.budget = int(cfg.kv_budget_mb * 2**20)
@@ -292,11 +292,11 @@ class Engine:
         if kind == "model":
             return model
         if kind == "ngram":
-            return cache.ngram
+            return cache.drafts.ngram
         if kind == "fastpath":
             return self.fastpath
         if kind == "combined":
-            return CombinedDrafter(model, cache.ngram, self.fastpath, cache.target.vocab_size)
+            return CombinedDrafter(model, cache.drafts.ngram, self.fastpath, cache.target.vocab_size)
         return None
 
     def _generate(self, prompt: list[int], doc_key: str, max_new: int | None, drafter: str | None,
@@ -323,7 +323,7 @@ class Engine:
                 cache: DocCache = t.resource
                 if draft is None:
                     d = self._drafter(cache, drafter or self.cfg.drafter, sampling)
-                    draft = d, cache.k_for(node_kind) if d is not None else None
+                    draft = d, cache.drafts.k_for(node_kind) if d is not None else None
                 ids, st = generate(Via(cache.target, self.sched.batcher), prompt, max_new, sampling, *draft,
                                    self.fim.eos if eos is None else eos, stop,
                                    StopFlag(t.superseded, cancel, record), on_tokens, self.gen, floor)
@@ -654,10 +654,10 @@ class Engine:
                     self._count(warmup_preempted=1)
                     if not self.sched.pause(t):
                         break
-                    continue  # re-admitted: the slot may have been evicted meanwhile
+                    continue  # re-admitted: the document's cache may have been evicted meanwhile
                 cache: DocCache = t.resource
                 todo = []
-                for r in (cache.target, cache.draft if cache.drafting() else None):
+                for r in (cache.target, cache.draft if cache.drafts.active() else None):
                     if r is None:
                         continue
                     n = common_prefix_len(r.ids, prompt)

@@ -174,7 +174,7 @@ class LayerExtra(NamedTuple):
 
 
 class LlamaWeights:
-    """One fused copy of a model's weights, shared by every runner (slot), for every family of
+    """One fused copy of a model's weights, shared by every document's runner, for every family of
     the layout table (families.py; `.layout`). `.layers` holds Llama's six tensors per layer,
     (in-norm, wqkv, wo, post-norm, wgu, wdown) — wgu is the gate and up projections stacked, or
     the up projection alone for a plain MLP (`layout.act == "gelu_mlp"`) — and `.extra` the rest

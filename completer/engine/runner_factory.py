@@ -19,8 +19,8 @@ _LEAN: weakref.WeakKeyDictionary[torch.nn.Module, LlamaWeights] = weakref.WeakKe
 
 
 def _lean_weights(model, lean: bool) -> LlamaWeights | None:
-    """`model` as the lean runners' weights (an HF model's fused once, shared by slots), or None:
-    HF's own forward serves it."""
+    """`model` as the lean runners' weights (an HF model's fused once, shared by every
+    document's runners), or None: HF's own forward serves it."""
     if isinstance(model, LlamaWeights):
         return model
     if not (lean and lean_supported(model)):

@@ -8,11 +8,11 @@ Rules (the engine's callers run in their own threads and block in `acquire`):
   waiting, and yields between prefill chunks when some arrives (`should_yield` / `pause`);
 - at most `max_batch` live interactive tickets: they step together through the `StepBatcher`,
   sharing a step budget of `step_tokens` verify tokens (each one's draft length is capped);
-- memory: a ticket is admitted only when `admit` can give its document a KV slot within the
-  budget next to the slots of the live tickets (evicting idle ones), otherwise it waits; a queue
-  longer than `max_queue` and a slot that cannot fit even alone are refused (EngineError
+- memory: a ticket is admitted only when `admit` can give its document a KV cache within the
+  budget next to the caches of the live tickets (evicting idle ones), otherwise it waits; a queue
+  longer than `max_queue` and a cache that cannot fit even alone are refused (EngineError
   "overloaded").
-`admit` runs under the scheduler's lock, so slot bookkeeping has one lock and one order.
+`admit` runs under the scheduler's lock, so the caches' bookkeeping has one lock and one order.
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ class Ticket:
         self.error: Exception | None = None
         self.t_enq = time.perf_counter()
         self.queue_ms = 0.0
-        self.resource = None  # what `admit` gave this ticket (the engine: the document's slot)
+        self.resource = None  # what `admit` gave this ticket (the engine: the document's DocCache)
 
 
 class Scheduler:

@@ -292,7 +292,7 @@ class WsEngine:
         return 0
 
     def forget(self, doc_key: str) -> None:
-        """The editor closed the document: the service frees its KV slot."""
+        """The editor closed the document: the service frees its KV cache."""
         self._last_id.pop(doc_key, None)
         self._send({"type": "forget", "doc": doc_key})
 
