@@ -32,8 +32,6 @@ from pathlib import Path
 import msgpack
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 from keystrokes import OUT, pct, pick_sites
 
 SETUPS = (("on", 16, None), ("on-nocap", 16, 0), ("off", 1, 0))  # (name, --max-batch, --batch-step-tokens)

@@ -45,49 +45,30 @@ import random
 import re
 import shutil
 import statistics
-import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from keystrokes import LspClient  # bench/, the script's directory
+from heldout import (  # bench/, the script's directory (next_edit.py takes them from here too)
+    PACKAGES,
+    SKIP_PARTS,
+    fetch,
+)
+from keystrokes import LspClient
+from record import machine
 
 from completer.config import WorkspaceOptions
 from completer.workspace import WorkspaceIndex
 from completer.workspace.similar import jaccard, query_words, windows
 
-PACKAGES = ("httpx==0.27.2", "rich==13.9.4", "click==8.1.7", "jinja2==3.1.4")
+ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = ROOT / "draft_models" / "default" / "target" / "tokenizer.json"
 RECENT = 4
 RING_LINES = 64
 # methods of builtin types: `d.get(` says nothing about which definition in the package it calls
 BUILTIN_ATTRS = {a for t in (dict, list, str, bytes, set, int, float, object, tuple) for a in dir(t)}
-SKIP_PARTS = {"tests", "test", "docs", "doc", "examples", "scripts", "benchmarks"}
-
-
-def fetch(specs: list[str], sdists: Path | None, into: Path) -> list[Path]:
-    """Each package's unpacked source tree (from `sdists` when it holds the tarball)."""
-    roots = []
-    for spec in specs:
-        name, ver = spec.split("==")
-        found = [p for d in ([sdists] if sdists else []) for p in d.glob("*.tar.gz")
-                 if p.name.lower().replace("_", "-").startswith(f"{name.lower()}-{ver}")]
-        if not found:
-            dl = into / "sdists"
-            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", spec,
-                            "-d", str(dl), "-q"], check=True)
-            found = [p for p in dl.glob("*.tar.gz") if p.name.lower().startswith(name.lower())]
-        with tarfile.open(found[0]) as tf:
-            top = tf.getnames()[0].split("/")[0]
-            tf.extractall(into, filter="data")
-        roots.append(into / top)
-    return roots
 
 
 def ast_defs(root: Path) -> tuple[dict[str, list[tuple[str, int, str]]], dict[str, str]]:
@@ -519,13 +500,6 @@ def recall(a, roots: list[Path], tmp: Path) -> None:
         n, times = latency_at_scale(roots, tmp, count, a.seed)
         print(f"retrieve at a {n}-file workspace: p50 {pct(times, .5):.2f} ms, p95 {pct(times, .95):.2f} ms, "
               f"max {max(times):.2f} ms ({len(times)} calls)")
-
-
-def machine() -> str:
-    """The CPU (lscpu's model name) and the load average: others share this machine."""
-    cpu = next((ln.split(":", 1)[1].strip() for ln in subprocess.run(["lscpu"], capture_output=True, text=True, check=False)
-                .stdout.splitlines() if ln.startswith("Model name")), "unknown CPU")
-    return f"{cpu}, {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
 
 
 def main() -> None:

@@ -14,7 +14,6 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from heldout import fim_holes
 from record import cpu_model, write
 

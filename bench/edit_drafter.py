@@ -17,11 +17,8 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from heldout import fim_holes
 
 
@@ -77,7 +74,7 @@ def main() -> int:
         print(f"verify({k:2d}): {ms:6.2f} ms  = {ms / verify_ms[0]:5.2f} × verify(0)")
 
     holes = fim_holes(a.n, a.seed, ("more-itertools",), kind="start")
-    prompts = [eng.fim_prompt(h.prefix, h.suffix)[-(eng.ctx - a.new - a.k - 8):] for h in holes]
+    prompts = [eng.fim_prompt(h.prefix, h.suffix, a.new) for h in holes]  # the prompt builder's budget
     greedy, rng = Sampling(), random.Random(a.seed)
 
     def run(prompt, drafter):

@@ -11,7 +11,7 @@ bench/record.py's record, to --out, default bench/out/evaluate_pair_SOURCE.json)
 - draft: greedy agreement with the target per token, τ (tokens per target forward) at k = 4, 8;
 - cold start of `completer complete` (process start → printed completion) and its peak RSS.
 Everything is seeded; held-out files are the stdlib packages listed in draft_models.data.HELD_OUT,
-or with `--source pypi` real packages' modules (bench/context.py's PACKAGES, from `--sdists` or pip):
+or with `--source pypi` real packages' modules (bench/heldout.py's PACKAGES, from `--sdists` or pip):
 code of no training source. Loss and accuracy use windows of `--window` tokens whatever the model's
 context, so that pairs of different windows compare.
 """
@@ -123,12 +123,11 @@ def degenerate(ids: list[int], n: int = 6, times: int = 3) -> bool:
 
 
 def _pypi_files(sdists: Path | None) -> list[Path]:
-    """The modules (no tests, docs or examples) of bench/context.py's packages, unpacked in a
+    """The modules (no tests, docs or examples) of bench/heldout.py's packages, unpacked in a
     temporary folder that lives as long as this process."""
     import tempfile
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from context import PACKAGES, SKIP_PARTS, fetch
+    from heldout import PACKAGES, SKIP_PARTS, fetch  # bench/, the script's directory
 
     into = Path(tempfile.mkdtemp(prefix="evaluate_pair_"))
     return [p for root in fetch(list(PACKAGES), sdists, into) for p in sorted(root.rglob("*.py"))

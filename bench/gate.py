@@ -2,7 +2,7 @@
 trade-off: precision of what is shown against the share of requests that show anything.
 
 Holes as a user's cursor sees them (the rest of a line, cut a few characters in: holes.line_hole)
-in real packages' sources (PyPI sdists, bench/context.py's PACKAGES) are completed through the path
+in real packages' sources (PyPI sdists, bench/heldout.py's PACKAGES) are completed through the path
 `completer complete FILE --line L --col C` takes: the syntax layer, the workspace index rooted at the
 package, the engine with every default but `min_confidence`, which is swept. Each pair
 (`--pair NAME=TARGET_DIR,DRAFT_DIR`; default the embedded pair) is measured on the same holes.
@@ -27,10 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from context import PACKAGES, SKIP_PARTS, fetch  # bench/, the script's directory
+from heldout import PACKAGES, SKIP_PARTS, fetch  # bench/, the script's directory
 from holes import line_hole
 from record import cpu_model, write
 from report import draw, gate_figure

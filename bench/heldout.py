@@ -1,11 +1,14 @@
 """Held-out code for benchmarks: stdlib packages the models never trained on
 (draft_models.data.HELD_OUT) plus real third-party code fetched with `pip download --no-deps`
-at benchmark time (never committed). Prompts are FIM holes at real positions."""
+at benchmark time (never committed): wheels (`third_party_files`) and the source trees of
+multi-file packages with many cross-module calls (`PACKAGES`, `fetch`). Prompts are FIM holes at
+real positions. The benchmarks share it as a module: a script's own directory is on its path."""
 from __future__ import annotations
 
 import random
 import subprocess
 import sys
+import tarfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +16,28 @@ from pathlib import Path
 from draft_models.data import corpus_files, read_source
 
 CACHE = Path(__file__).resolve().parent / "out" / "thirdparty"
+# sdists of real packages for repository-level measurements (context, holes, gate, next edits)
+PACKAGES = ("httpx==0.27.2", "rich==13.9.4", "click==8.1.7", "jinja2==3.1.4")
+SKIP_PARTS = {"tests", "test", "docs", "doc", "examples", "scripts", "benchmarks"}  # not the package's code
+
+
+def fetch(specs: list[str], sdists: Path | None, into: Path) -> list[Path]:
+    """Each package's unpacked source tree (from `sdists` when it holds the tarball)."""
+    roots = []
+    for spec in specs:
+        name, ver = spec.split("==")
+        found = [p for d in ([sdists] if sdists else []) for p in d.glob("*.tar.gz")
+                 if p.name.lower().replace("_", "-").startswith(f"{name.lower()}-{ver}")]
+        if not found:
+            dl = into / "sdists"
+            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", spec,
+                            "-d", str(dl), "-q"], check=True)
+            found = [p for p in dl.glob("*.tar.gz") if p.name.lower().startswith(name.lower())]
+        with tarfile.open(found[0]) as tf:
+            top = tf.getnames()[0].split("/")[0]
+            tf.extractall(into, filter="data")
+        roots.append(into / top)
+    return roots
 
 
 def third_party_files(package: str) -> list[Path]:

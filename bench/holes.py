@@ -1,5 +1,5 @@
 """Hole punching on code the models never trained on: remove the rest of a line or a whole block from
-real packages' sources (PyPI sdists unpacked at benchmark time: bench/context.py's PACKAGES; with
+real packages' sources (PyPI sdists unpacked at benchmark time: bench/heldout.py's PACKAGES; with
 `--source heldout` the stdlib packages the embedded pair held out instead), ask the same engine to fill it twice — with the
 raw prefix/suffix prompt, and through the syntax-aware pipeline — and compare what would land in
 the editor: exact match, edit similarity, insertions that add parse errors, insertions that
@@ -25,10 +25,7 @@ from dataclasses import replace
 from difflib import SequenceMatcher
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from context import PACKAGES, SKIP_PARTS, fetch  # bench/, the script's directory
+from heldout import PACKAGES, SKIP_PARTS, fetch  # bench/, the script's directory
 
 from completer.config import OPTIONS
 from completer.documents import parse_snapshot
@@ -271,7 +268,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--source", default="pypi", choices=["pypi", "heldout"],
-                    help="pypi: the sdists of bench/context.py's PACKAGES; heldout: the stdlib packages the pair held out")
+                    help="pypi: the sdists of bench/heldout.py's PACKAGES; heldout: the stdlib packages the pair held out")
     ap.add_argument("--sdists", type=Path, help="a folder holding those sdists (else pip downloads them)")
     ap.add_argument("--kv-cache", default="f16", choices=["f16", "f32"], help="EngineConfig.kv_cache")
     ap.add_argument("--no-degenerate-stop", action="store_true",

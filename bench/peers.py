@@ -43,8 +43,6 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 OUT = ROOT / "bench" / "out"
 MODELS = OUT / "peers"
 NEW = 32
@@ -313,7 +311,7 @@ def main() -> int:
 
     emb = Engine(EngineConfig(drafter="none", device="cpu"))  # its tokenizer makes the prompts
     holes = fim_holes(a.n, a.seed, ("more-itertools",), kind="start")
-    prompts = [emb.fim_prompt(h.prefix, h.suffix)[-(emb.ctx - 64):] for h in holes]
+    prompts = [emb.fim_prompt(h.prefix, h.suffix, NEW) for h in holes]  # the prompt builder's budget
     del emb
     results = {}
     for shape in a.shapes.split(","):

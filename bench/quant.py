@@ -14,13 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from heldout import fim_holes
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -47,7 +44,7 @@ def main() -> int:
     tdir = a.target or str(DEFAULT_TARGET)
     eng = Engine(EngineConfig(target=tdir, drafter="none"))
     holes = fim_holes(a.n, 0, ("more-itertools",), kind="start")
-    prompts = [eng.fim_prompt(h.prefix, h.suffix)[-(eng.ctx - a.new - 8):] for h in holes]
+    prompts = [eng.fim_prompt(h.prefix, h.suffix, a.new) for h in holes]  # the prompt builder's budget
     dev = resolve_device("cpu")
 
     def run_mode(model):

@@ -33,6 +33,12 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+def machine() -> str:
+    """The CPU, its cores and the load average: others share this machine."""
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return f"{cpu_model()}, {os.cpu_count()} cores, load average {load}"
+
+
 def commit() -> tuple[str | None, bool]:
     """HEAD's hash (12 digits) and whether tracked files differ from it; (None, False) outside git."""
     def git(*args: str) -> str | None:

@@ -34,11 +34,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from context import machine  # bench/, the script's directory
-from keystrokes import LspClient
+from keystrokes import LspClient  # bench/, the script's directory
+from record import machine
 
 CASES = ("typing", "star", "many", "next_edit")
 TYPED = "    total = compute(values, factor) + offset\n"  # the line typed again and again

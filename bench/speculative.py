@@ -15,13 +15,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from heldout import fim_holes
 from record import write
 
@@ -67,9 +64,8 @@ def main() -> int:
     hf_t = AutoModelForCausalLM.from_pretrained(tdir, dtype=torch.float32).eval()
     hf_d = AutoModelForCausalLM.from_pretrained(ddir, dtype=torch.float32).eval()
     fast = eng.fastpath  # the embedded pair's fast-path table (None for other models)
-    budget = eng.ctx - a.new - 16
     holes = fim_holes(a.n, a.seed, tuple(x for x in a.third_party.split(",") if x), kind="start")
-    prompts = [eng.fim_prompt(h.prefix, h.suffix)[-budget:] for h in holes]
+    prompts = [eng.fim_prompt(h.prefix, h.suffix, a.new) for h in holes]  # the prompt builder's budget
     greedy = Sampling()
     V = eng.pair.target.embed.shape[0] if hasattr(eng.pair.target, "embed") else hf_t.config.vocab_size
 
