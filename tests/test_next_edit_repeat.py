@@ -89,6 +89,19 @@ CASES = [
     ("m.py", "python", "emit(name, 1)\nemit(name, 2)\nemit(name, 3)\nemit(other, 4)\n",
      [("emit(name, 1)", "emit(str(name), 1)"), ("emit(name, 2)", "emit(str(name), 2)")],
      "emit(str(name), 1)\nemit(str(name), 2)\nemit(str(name), 3)\nemit(other, 4)\n"),
+    # the two edited calls were alike (`Timeout(timeout)` twice): the end of the arguments holds it
+    ("m.py", "python", "a = Timeout(timeout)\nb = Timeout(timeout)\nc = Timeout(self.timeout)\nd = Timeout(5.0)\n",
+     [("Timeout(timeout)", "Timeout(timeout, strict=True)"), ("b = Timeout(timeout)", "b = Timeout(timeout, strict=True)")],
+     ("a = Timeout(timeout, strict=True)\nb = Timeout(timeout, strict=True)\nc = Timeout(self.timeout, strict=True)\n"
+     "d = Timeout(5.0, strict=True)\n")),
+    # a keyword taken out wherever it stands: last, in the middle, first, alone
+    ("m.py", "python", ("Style(color=1, dim=True)\nStyle(bold=2, dim=True)\nStyle(dim=True, color=3)\n"
+                        "Style(dim=True)\nStyle(a, dim=True, b=1)\nStyle(dim=False)\n"),
+     [("Style(color=1, dim=True)", "Style(color=1)"), ("Style(bold=2, dim=True)", "Style(bold=2)")],
+     "Style(color=1)\nStyle(bold=2)\nStyle(color=3)\nStyle()\nStyle(a, b=1)\nStyle(dim=False)\n"),
+    # an argument put first: an empty call gets it without a comma
+    ("m.py", "python", "send(a, b)\nsend(c)\nsend()\n", [("send(a, b)", "send(ctx, a, b)"), ("send(c)", "send(ctx, c)")],
+     "send(ctx, a, b)\nsend(ctx, c)\nsend(ctx)\n"),
     ("m.js", "javascript", "log.info(a, b);\nlog.info(c);\nlog.info(d, e);\nlog.warn(f);\n",
      [("log.info(a, b)", "log.info(a, b, ctx)"), ("log.info(c)", "log.info(c, ctx)")],
      "log.info(a, b, ctx);\nlog.info(c, ctx);\nlog.info(d, e, ctx);\nlog.warn(f);\n"),

@@ -33,6 +33,7 @@ from .formats import HistoryItem
 
 _TOKEN = re.compile(r"\w+|\s+|[^\w\s]")
 _WORD = re.compile(r"\w")
+_NAME = re.compile(r"[^\W\d]\w*")
 _KEYWORD = re.compile(r"(?<![\w.])([^\W\d]\w*)\s*=(?!=)")  # `name=` in an inserted argument
 MAX_LINE = 2000       # an edited line longer than this (a minified file) is not read
 MAX_PLACES = 64       # places checked against the parse
@@ -168,11 +169,29 @@ def detect(text: str, path: str, cursor: int, history: Sequence[HistoryItem], la
     if na.type != nb.type or _key(na, snap.source) != _key(nb, snap.source):
         return None
     la, lb, rgt_a, rgt_b = ta[:ra], tb[:rb], ta[ra + len(d):], tb[rb + len(d):]
-    rule = Rule(nb.type, _key(nb, snap.source), _common(la, lb, True), d, ins, _common(rgt_a, rgt_b, False),
-                la == lb, rgt_a == rgt_b)
+    rule = _anchor(Rule(nb.type, _key(nb, snap.source), _common(la, lb, True), d, ins,
+                        _common(rgt_a, rgt_b, False), la == lb, rgt_a == rgt_b))
     if not (_WORD.search(rule.key) or _WORD.search(rule.left + d + rule.right)):
         return None  # nothing pins it: every node of the type would do
     return rule, snap.char_at(na.start_byte), snap.char_at(nb.start_byte)
+
+
+def _anchor(rule: Rule) -> Rule:
+    """The side the change is anchored on. Two edits alike on both sides (`Timeout(timeout)` twice)
+    say nothing of which side matters: the shorter one holds it (`)`: the end of the arguments).
+    An insertion at an end is anchored there alone (an argument added last follows whatever came
+    before it); a replacement keeps, of the other side, its own argument's text (`retries=` of
+    `f(a, retries=3)`)."""
+    left, right, at_start, at_end = rule.left, rule.right, rule.at_start, rule.at_end
+    if at_start and at_end:
+        at_start, at_end = len(left) < len(right), len(right) <= len(left)
+    if at_end:
+        cut = max(left.rfind(","), *(left.rfind(c) for c in OPEN)) + 1
+        left = "" if not rule.removed else left[cut:].lstrip()
+    elif at_start:
+        cuts = [k for k in (right.find(","), *(right.find(c) for c in CLOSE)) if k >= 0]
+        right = "" if not rule.removed else right[:min(cuts, default=len(right))].rstrip()
+    return Rule(rule.node_type, rule.key, left, rule.removed, rule.inserted, right, at_start, at_end)
 
 
 def sites(rule: Rule, snap: Snapshot) -> list[tuple[int, int, str]]:
@@ -225,6 +244,14 @@ def _apply(rule: Rule, t: str) -> tuple[int, int, str] | None:
     p = _anchored(rule, t)
     if p is None and _WORD.search(d):  # elsewhere in the node: where its context and D occur once
         p = _once(t, rule.left + d, len(rule.left))
+    if p is None and d.startswith(",") and _NAME.search(d):  # a whole argument taken out, wherever it is
+        core = d[1:].lstrip()
+        p = _once(t, d, 0)
+        if p is None and (k := _once(t, core + ",", 0)) is not None and t[:k].rstrip()[-1:] in tuple(OPEN):
+            e = k + len(core) + 1
+            return k, e + len(t[e:]) - len(t[e:].lstrip()), ins  # the first: `f(flag=1, x)` → `f(x)`
+        if p is None and t[1:-1].strip() == core:
+            return t.index(core), t.index(core) + len(core), ins  # the only one: `f(flag=1)` → `f()`
     if p is None:
         return None
     if ins.strip(", ") and _WORD.search(ins) and ins.strip(", ") in t:
@@ -235,8 +262,10 @@ def _apply(rule: Rule, t: str) -> tuple[int, int, str] | None:
         head = t[:p].rstrip()
         if head.endswith(tuple(OPEN)):
             return p, p, ins[1:].lstrip()  # `foo()` → `foo(timeout=t)`
-        if head.endswith(",") and t[p:].lstrip()[:1] in CLOSE:
+        if head.endswith(",") and t[p:].lstrip()[:1] in tuple(CLOSE):
             p = len(head) - 1  # a trailing comma stays last: `b,\n)` → `b, timeout=t,\n)`
+    if not d and ins.rstrip().endswith(",") and t[p:].lstrip()[:1] in tuple(CLOSE):
+        return p, p, ins.rstrip()[:-1].rstrip()  # `foo()` → `foo(ctx)`
     return p, p + len(d), ins
 
 
