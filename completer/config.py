@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .fim import FIM_FORMATS  # torch-free: the table of model families' FIM spellings
-from .prompt import GRID_LINES  # torch-free: the prompt builder's grid
+from .prompt import GRID_LINES, SUFFIX_SHARE  # torch-free: the prompt builder's defaults
 
 # The names of edits/formats.EDIT_FORMATS (tests/test_config.py holds them equal): the schema
 # names them without importing the formats, which import the embedded pair's recipe
@@ -159,7 +159,7 @@ class SyntaxOptions:
                             project="at_most")
     suffix_lines: int = opt(40, "the suffix window reaches at most this far ahead", lo=0, hi=100_000,
                             project="at_most")
-    suffix_share: float = opt(0.25, "share of the prompt budget for the suffix", lo=0.0, hi=0.9)
+    suffix_share: float = opt(SUFFIX_SHARE, "share of the prompt budget for the suffix", lo=0.0, hi=0.9)
     header_share: float = opt(0.2, "share of the budget for imports and outline outside the window", lo=0.0,
                               hi=0.9)
     max_siblings: int = opt(8, "sibling definitions summarised in the header", lo=0, hi=1000, project="at_most")

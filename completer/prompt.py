@@ -40,6 +40,7 @@ SENTINEL_TOKENS = 3      # the most FIM tokens a format adds around the text (PS
 # how much text is looked at and tokenized, by the syntax layer and the engine alike.
 MAX_CHARS_PER_TOKEN = 12
 GRID_LINES = 16          # a window opens on a multiple of this line (SyntaxOptions.grid_lines' default)
+SUFFIX_SHARE = 0.25      # of the window's budget, what the suffix may take (SyntaxOptions.suffix_share's default)
 # A window cut inside one long line (minified code, data) opens on a grid of this many chars, so
 # it moves once per CUT_GRID typed chars and the engine's cache keeps what is before it.
 CUT_GRID = 256
@@ -242,7 +243,7 @@ def piece_ids(tok, pieces: Iterable[Piece], missing: Callable[[str], None] | Non
 # -- ids ---------------------------------------------------------------------------------------
 def fim_ids(tok, fmt: FimFormat, prefix: str, suffix: str, budget: int,
             extra: Sequence[Chunk] = (), language: str | None = None,
-            suffix_share: float = 0.25) -> list[int]:
+            suffix_share: float = SUFFIX_SHARE) -> list[int]:
     """Token ids of a FIM prompt whose length is at most `budget`, with the chunks `extra`
     (`language`: the cursor file's) counted in it. What fits is taken whole (the syntax layer's
     context); else chunks go in by fit_chunks, the suffix keeps its first lines up to
