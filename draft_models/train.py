@@ -103,7 +103,7 @@ class SampleStream:
 
     def _repo_sample(self, rec: dict, rng: random.Random) -> list[int]:
         head: list[int] = []
-        for path, text in rec["chunks"]:  # whole chunks, in order, within half the window (engine/prompt.py)
+        for path, text in rec["chunks"]:  # whole chunks, in order, within half the window (as completer/prompt.py fit_chunks serves them)
             piece = self._enc(f"# {path}\n{text if text.endswith(chr(10)) else text + chr(10)}\n")
             if len(head) + len(piece) > self.seq_len // 2:
                 break
