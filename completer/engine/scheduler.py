@@ -85,7 +85,7 @@ class Scheduler:
                     break  # it may fit once the live tickets are done
                 t.error = EngineError(f"document {t.doc!r}: its KV cache cannot fit the budget", "overloaded")
             elif got is False:
-                break  # wait for a live ticket to release its slot
+                break  # wait for a live ticket to release its cache
             self.waiting.remove(t)
             if t.error is None:
                 t.resource = got
