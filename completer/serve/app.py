@@ -186,9 +186,11 @@ class EngineService:
                                  stop_text=protocol.stop_text(job.stop) if job.stop else None,
                                  cancel=cancel, on_text=on_text, node_kind=job.node_kind, sampling=sampling,
                                  extra=job.extra, n=job.n)
-        if job.usage and c.type_through:  # served without the model: count what it stands for
-            c.prompt_tokens = len(self.engine.fim_prompt(job.prefix, job.suffix, job.max_new, job.extra))
-            c.new_tokens = self.engine.count_tokens(c.text)
+        if job.usage:  # OpenAI's usage: the tokens of the text returned, as the tokenizer reads it
+            if c.type_through or c.prefetched:  # served without a model call: what the prompt stands for
+                c.prompt_tokens = len(self.engine.fim_prompt(job.prefix, job.suffix, job.max_new, job.extra))
+            for a in (c, *c.alternatives):  # not the drafts a round verified past a stop's cut
+                a.new_tokens = self.engine.count_tokens(a.text)
         return c
 
     async def rewrite(self, request: EditPrompt, fmt: str, doc_key: str, max_new: int | None, speculative: bool,
