@@ -195,18 +195,11 @@ def test_web_jump_gutter_mark_tab_to_go_and_tab_to_apply(chromium, static_site, 
 
 
 # -- Neovim and the real completer-lsp ------------------------------------------------------------
-HINTS = ("(function() local ne = require('completer.next_edit'); local out = {}; "
-         "for _, m in ipairs(vim.api.nvim_buf_get_extmarks(0, ne.namespace, 0, -1, { details = true })) do "
-         "if m[4].virt_text_pos == 'eol' then table.insert(out, m[4].virt_text[1][1]) end end; "
-         "return vim.json.encode({ hints = out, name = vim.fs.basename(vim.api.nvim_buf_get_name(0)), "
-         "row = vim.api.nvim_win_get_cursor(0)[1], shown = ne.shown(0) ~= nil }) end)()")
-
-
 def test_nvim_a_rename_followed_into_a_closed_file_with_the_real_server(tmp_path):
     """Neovim on a workspace (pyproject.toml) with the real completer-lsp: `fetch` renamed at its
     def; a jump down the file, then into app.py, which is not loaded; Tab there, Tab to apply,
     each time; app.py ends up renamed in its buffer (unsaved), the file on disk untouched."""
-    from helpers.nvim import Nvim, lsp_cmd, wait_ready
+    from helpers.nvim import Nvim, lsp_cmd, next_edit_state, wait_ready
 
     if NVIM is None:
         missing(WHY)
@@ -221,16 +214,16 @@ def test_nvim_a_rename_followed_into_a_closed_file_with_the_real_server(tmp_path
         nv.wait(lambda: (nv.lua("T.server_stats()").get("stats") or {}).get("workspace", {}).get("complete"), 60,
                 "the workspace indexed")
         nv.send("1G^wciwfetch_all<Esc>")
-        st = nv.wait(lambda: (s := nv.lua(HINTS))["hints"] and s, 30, "the jump's hint")
+        st = nv.wait(lambda: (s := next_edit_state(nv))["hints"] and s, 30, "the jump's hint")
         assert st["hints"] == ["  ⇥ <Tab> jump to 43 → fetch_all  (3 left)"], st
         nv.send("<Tab>")  # there
-        st = nv.wait(lambda: (s := nv.lua(HINTS))["row"] == 43 and s["shown"] and s, 30, "at line 43, its edit shown")
+        st = nv.wait(lambda: (s := next_edit_state(nv))["row"] == 43 and s["shown"] and s, 30, "at line 43, its edit shown")
         nv.send("<Tab>")  # applied; the next answer: a jump into app.py
-        st = nv.wait(lambda: (s := nv.lua(HINTS))["hints"] and "app.py" in s["hints"][0] and s, 30, "the jump to app.py")
+        st = nv.wait(lambda: (s := next_edit_state(nv))["hints"] and "app.py" in s["hints"][0] and s, 30, "the jump to app.py")
         assert st["hints"] == ["  ⇥ <Tab> jump to app.py:1 → fetch_all  (2 left)"], st
         assert nv.buffer().endswith("fetch_all('a')")
         nv.send("<Tab>")  # app.py opened at its import
-        st = nv.wait(lambda: (s := nv.lua(HINTS))["name"] == "app.py" and s["shown"] and s, 30, "app.py, its edits shown")
+        st = nv.wait(lambda: (s := next_edit_state(nv))["name"] == "app.py" and s["shown"] and s, 30, "app.py, its edits shown")
         nv.send("<Tab>")
         nv.wait(lambda: nv.buffer() == app.replace("fetch", "fetch_all").rstrip("\n"), 30, "app.py renamed")
         assert (tmp_path / "app.py").read_text() == app, "the buffer, not the file on disk"

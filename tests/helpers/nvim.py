@@ -53,6 +53,8 @@ vim.o.swapfile = false
 local f = assert(io.open(%(config)s))
 local cfg = vim.json.decode(f:read('*a'))
 f:close()
+-- {} decodes to an empty Lua table, which would go out as [] (a list): send an object
+if vim.tbl_isempty(cfg.init_options) then cfg.init_options = vim.empty_dict() end
 -- A mapping <Tab> had before the plugin (a snippet plugin's, say): without ghost text the
 -- plugin's <Tab> must fall through to it.
 _G.prev_tab = 0
@@ -276,3 +278,16 @@ def ghost_after(nv: Nvim, keys: str, timeout: float = 60) -> list[dict]:
             return None
         return [g for g in nv.lua("T.ghost()") if "".join(g["lines"]).strip()]
     return nv.wait(fresh, timeout, f"ghost text after typing {keys!r}", step=0.2)
+
+
+NEXT_EDIT = ("(function() local ne = require('completer.next_edit'); local out = {}; "
+             "for _, m in ipairs(vim.api.nvim_buf_get_extmarks(0, ne.namespace, 0, -1, { details = true })) do "
+             "if m[4].virt_text_pos == 'eol' then table.insert(out, m[4].virt_text[1][1]) end end; "
+             "return vim.json.encode({ hints = out, name = vim.fs.basename(vim.api.nvim_buf_get_name(0)), "
+             "row = vim.api.nvim_win_get_cursor(0)[1], shown = ne.shown(0) ~= nil }) end)()")
+
+
+def next_edit_state(nv: Nvim) -> dict:
+    """The next-edit suggestion in the current buffer: {hints (the jump's eol texts), name (the
+    buffer's file name), row (the cursor's, 1-based), shown (whether a suggestion is shown)}."""
+    return nv.lua(NEXT_EDIT)

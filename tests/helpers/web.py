@@ -166,3 +166,15 @@ def wait_ghost(cdp: Cdp, done_before: str) -> dict:
     assert s["errors"] == [], s["errors"]
     assert "TTFT" in s["latency"] and re.search(r"first text \d+ ms", s["latency"]), s["latency"]
     return s
+
+
+def next_edit_state(cdp: Cdp) -> dict:
+    """The page's next-edit suggestion: shown, the gutter marks' tops, the hint at the cursor's
+    line, the struck-through text of the edits shown, the document and the cursor."""
+    return cdp.js("""(() => ({ shown: document.body.dataset.nextEdit,
+      mark: [...document.querySelectorAll('.cm-next-jump-gutter .cm-gutterElement')]
+              .filter((e) => e.textContent === '⇥' && e.style.visibility !== 'hidden')
+              .map((e) => e.getBoundingClientRect().top),
+      hint: (document.querySelector('.cm-next-jump') || {}).textContent || '',
+      struck: [...document.querySelectorAll('.cm-next-delete')].map((e) => e.textContent),
+      value: window.completerView.state.doc.toString(), cursor: window.completerView.state.selection.main.head }))()""")
