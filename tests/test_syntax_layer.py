@@ -149,6 +149,10 @@ POST = [  # (source, raw completion, mode, post-processed text)
     ("x = ‸\n", "   \n  ", S, ""),
     ("def f(x):\n    ‸\n", "return x +\n", M, "return x"),
     ("def f(x):\n    ‸\n", "return (x +", M, "return"),
+    # what the line already holds after the cursor is not offered again (a rename's `(path):`)
+    ("def tally_words‸(path):\n    pass\n", "(path):", S, ""),
+    ("def tally_words‸(path):\n    pass\n", "(path", S, ""),
+    ("x = f(‸a)\n", "a, b)", S, "a, b"),
 ]
 
 

@@ -179,6 +179,8 @@ def postprocess(snap: Snapshot, offset: int, completion: str, mode: Mode, check_
         reasons.append("suffix lines removed")
         cand = deduped
     tail = text[offset:e]
+    if cand.strip() and "\n" not in cand.rstrip() and tail.startswith(cand.rstrip()):
+        return Post("", "duplicates the rest of the line")  # the user has it already: accepting doubles it
     variants = [cand]
     unopened = unopened_closer(cand, stop_rule(snap, offset, mode))
     trimmed = _line_tail_overlap(cand, tail) if tail.strip() else None
