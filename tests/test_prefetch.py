@@ -93,3 +93,23 @@ def test_off_by_option(tok):
     e = engine(random_pair(tok), prefetch=False)
     e.complete(PREFIX, SUFFIX, doc_key="f.py")
     assert e.prefetches.get("f.py") is None and e.stats()["prefetches"] == 0
+
+
+def test_closing_the_document_while_its_prefetch_waits_frees_its_cache(tok):
+    """A forget that lands while the document's prefetch waits for (or holds) its ticket: the
+    prefetch, which re-creates the document's cache when it runs, drops it when it ends."""
+    e = engine(random_pair(tok), prefetch=True, max_new_tokens=6)
+    busy = e.sched.acquire("someone-else.py", INTERACTIVE)
+    try:
+        e.complete(PREFIX, SUFFIX, doc_key="g.py")
+        with e.sched.cond:
+            assert e.sched.cond.wait_for(lambda: any(t.doc == "g.py" for t in e.sched.waiting), timeout=120)
+            rec = e.prefetches.get("g.py")
+        e.forget("g.py")
+        assert "g.py" not in e.caches and rec.forgotten
+    finally:
+        e.sched.release(busy)
+    with rec.cond:
+        assert rec.cond.wait_for(lambda: rec.done, timeout=120)
+    with e.sched.cond:  # its cache was made again for it and goes when it ends (not at LRU eviction)
+        assert e.sched.cond.wait_for(lambda: "g.py" not in e.caches, timeout=120)

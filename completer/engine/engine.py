@@ -226,7 +226,8 @@ class Engine:
         """The editor closed the document: free its caches unless a request is using them."""
         with self.sched.cond:
             self.records.pop(doc_key)
-            self.prefetches.pop(doc_key)  # a queued prefetch finds itself stale and is skipped
+            if (ahead := self.prefetches.pop(doc_key)) is not None:
+                ahead.forgotten = True  # a queued prefetch is skipped; a running one drops the cache after
             if doc_key in self.sched.live or doc_key not in self.caches:
                 return False
             del self.caches[doc_key]
@@ -467,6 +468,10 @@ class Engine:
         except Exception:  # a prefetch is optional: the request that needs it generates
             log.debug("prefetch failed", exc_info=True)
             rec.update(rec.text, done=True)
+        with self.sched.cond:  # closed while it ran (or on its way to its ticket): its cache goes now,
+            if rec.forgotten and doc_key not in self.sched.live and self.records.get(doc_key) is None \
+                    and self.prefetches.get(doc_key) is None and self.caches.pop(doc_key, None) is not None:
+                self.sched.kick()  # unless the document was opened and used again meanwhile
 
     def _take_prefetch(self, doc_key: str, prefix: str, suffix: str, extra: Sequence[Chunk]) -> Record | None:
         """The document's prefetched continuation if it is for exactly this request (taken: it is

@@ -29,6 +29,7 @@ class Record:
         self.epoch = 0       # bumped by every newer request: older followers stop
         self.reason = StopReason.NONE  # why its generation ended (a prefetch: served with it)
         self.extra: tuple = ()  # a prefetch: the chunks of other files it was made with
+        self.forgotten = False  # a prefetch: its document was closed (its cache goes when it ends)
         self.cond = threading.Condition()
 
     def typed(self, prefix: str, suffix: str) -> str | None:
@@ -74,10 +75,11 @@ class Records:
                 break
             self.pop(next(iter(self.by_doc)))
 
-    def pop(self, doc: str) -> None:
+    def pop(self, doc: str) -> Record | None:
         rec = self.by_doc.pop(doc, None)
         if rec is not None:
             self.chars -= rec.size
+        return rec
 
     def clear(self) -> None:
         self.by_doc.clear()
