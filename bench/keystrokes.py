@@ -49,7 +49,6 @@ from pathlib import Path
 from record import write  # bench/, the script's directory
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 OUT = ROOT / "bench" / "out"
 TRIGGERS = "\n:(=,"
 MODES = ("cold", "cache", "cache+warmup", "full", "accept")
