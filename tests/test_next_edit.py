@@ -20,9 +20,10 @@ from completer.client import Chunk, Completion
 from completer.documents import Document, PositionError
 from completer.edits import Change, EditHistory
 from completer.edits.diff import TextEdit, apply_edits, lsp_edits, region_edits, span_edits
-from completer.edits.formats import EDIT_FORMATS, EditPrompt, HistoryItem, detect, render
+from completer.edits.formats import EDIT_FORMATS, EditPrompt, HistoryItem, detect
 from completer.edits.predict import HistoryError, from_events, from_versions, predict
 from completer.edits.region import RegionError, editable_region
+from completer.prompt import piece_text
 
 COMPLETER = Path(sys.executable).parent / "completer"
 
@@ -287,7 +288,7 @@ def test_format_detection():
 def test_zeta_and_sweep_prompts_and_answers():
     req = EditPrompt(tuple(HISTORY), "store.py", "".join(LINES[9:12]), 11, "class Store:\n", "    x\n")
     zeta = EDIT_FORMATS["zeta"]
-    text = render(zeta.prompt(req))
+    text = piece_text(zeta.prompt(req))
     assert text.startswith("### Instruction:\n") and text.endswith("### Response:\n\n")
     assert 'User edited "store.py":\n\n```diff\n@@ -1 +1 @@\n-    def add(self, name, value):\n+' in text
     assert "class Store:\n<|editable_region_start|>\n    def add<|user_cursor_is_here|>(self" in text
@@ -297,15 +298,15 @@ def test_zeta_and_sweep_prompts_and_answers():
     sweep = EDIT_FORMATS["sweep"]
     pieces = sweep.prompt(req)
     assert [p.text for p in pieces if p.special] == ["<|file_sep|>"] * 4
-    text = render(pieces)
+    text = piece_text(pieces)
     assert text.endswith("<|file_sep|>updated/store.py\n")
     assert "<|file_sep|>store.py.diff\noriginal:\n    def add(self, name, value):\nupdated:\n" in text
     assert f"<|file_sep|>current/store.py\n{req.region}<|file_sep|>" in text
     assert sweep.region(sweep.draft(req)) == req.region
-    with_ctx = render(sweep.prompt(EditPrompt(req.history, req.path, req.region, extra=(Chunk("util.py", "def g(): ..."),))))
+    with_ctx = piece_text(sweep.prompt(EditPrompt(req.history, req.path, req.region, extra=(Chunk("util.py", "def g(): ..."),))))
     assert with_ctx.startswith("<|file_sep|>util.py\ndef g(): ...\n<|file_sep|>store.py.diff\n")
-    assert render(EDIT_FORMATS["completer"].prompt(EditPrompt(req.history, req.path, req.region, extra=(
-        Chunk("util.py", "def g(): ..."),)))) == render(EDIT_FORMATS["completer"].prompt(req))  # ours shows none
+    assert piece_text(EDIT_FORMATS["completer"].prompt(EditPrompt(req.history, req.path, req.region, extra=(
+        Chunk("util.py", "def g(): ..."),)))) == piece_text(EDIT_FORMATS["completer"].prompt(req))  # ours shows none
 
 
 # -- the engine's rewrite on the embedded pair ---------------------------------------------------

@@ -16,7 +16,8 @@ from lsprotocol import types as t
 from pytest_lsp import LanguageClient
 
 from completer.client import EngineError
-from completer.edits.formats import EDIT_FORMATS, EditPrompt, HistoryItem, render
+from completer.edits.formats import EDIT_FORMATS, EditPrompt, HistoryItem
+from completer.prompt import piece_text
 from completer.remote import connect
 
 REGION = "def f(name):\n    return name + 1\n"
@@ -109,7 +110,7 @@ def test_llama_server_rewrite_request_and_answer(scripted):
     assert (got.new_tokens, got.target_forwards, got.accepted_per_forward) == (12, 4, 3.0)
     assert got.stop_reason == "stop" and got.speculative and got.prompt_tokens == 50
     path, body = scripted.bodies[-1]
-    assert path == "/completion" and body["prompt"] == render(EDIT_FORMATS["sweep"].prompt(REQ))
+    assert path == "/completion" and body["prompt"] == piece_text(EDIT_FORMATS["sweep"].prompt(REQ))
     assert body["stop"] == list(EDIT_FORMATS["sweep"].stops) and body["temperature"] == 0.0
     assert body["cache_prompt"] is True and isinstance(body["id_slot"], int) and "speculative.n_max" not in body
     assert body["n_predict"] == (len(REGION) // 3 + 1) * 5 // 4 + 32  # the region's tokens x 1.25 + 32

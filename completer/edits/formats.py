@@ -63,11 +63,6 @@ class EditFormat:
     models: tuple[str, ...] = ()
 
 
-def render(pieces: Sequence[Piece]) -> str:
-    """The prompt as text, for a server that tokenizes it (special pieces by their spelling)."""
-    return "".join(p.text for p in pieces)
-
-
 # -- Zed's Zeta -------------------------------------------------------------------------------
 ZETA_START, ZETA_END = "<|editable_region_start|>", "<|editable_region_end|>"
 ZETA_CURSOR, ZETA_FILE_START = "<|user_cursor_is_here|>", "<|start_of_file|>"
