@@ -132,7 +132,7 @@ def _chunks(items: list | None) -> tuple[Chunk, ...]:
 
 # -- documents -------------------------------------------------------------------------------------
 SAME_DOCUMENT = 0.5   # share of a request's lines a remembered document must hold to be its document
-MAX_DOCUMENTS = 16    # remembered; the least recently used is forgotten (its KV slot and record)
+MAX_DOCUMENTS = 16    # remembered; the least recently used is forgotten (its KV cache and record)
 MAX_LINES = 1024      # lines on each side of the cursor compared
 
 
@@ -150,7 +150,7 @@ class Documents:
     compare (a one-line file) to the last one used. Event-loop state."""
 
     def __init__(self, forget):
-        self.forget = forget  # frees a document's KV slot and record in the engine
+        self.forget = forget  # frees a document's KV cache and record in the engine
         self.docs: OrderedDict[str, Document] = OrderedDict()  # least recently used first
         self.made = 0
 

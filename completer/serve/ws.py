@@ -87,7 +87,7 @@ def frame(service, conn: Conn, message: bytes | str) -> dict | None:
 
 
 def _doc_key(conn: Conn, doc: str) -> str:
-    return f"{conn.id}:{doc}"  # documents of different connections never share a slot
+    return f"{conn.id}:{doc}"  # documents of different connections never share a cache
 
 
 def _hello(service, conn: Conn, f: dict) -> dict:
