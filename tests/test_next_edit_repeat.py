@@ -99,6 +99,28 @@ CASES = [
                         "Style(dim=True)\nStyle(a, dim=True, b=1)\nStyle(dim=False)\n"),
      [("Style(color=1, dim=True)", "Style(color=1)"), ("Style(bold=2, dim=True)", "Style(bold=2)")],
      "Style(color=1)\nStyle(bold=2)\nStyle(color=3)\nStyle()\nStyle(a, b=1)\nStyle(dim=False)\n"),
+    # taken out before another keyword (the diff reads `x=1, ` after `a, `), and alone at one call
+    ("m.py", "python", ('S(a, "h", theme="d", wrap=True)\nS(b, "h", theme="d", wrap=True)\nS(c, theme="d")\n'
+                        'S(theme="d")\nS(d, theme="e")\n'),
+     [('S(a, "h", theme="d", wrap=True)', 'S(a, "h", wrap=True)'), ('S(b, "h", theme="d", wrap=True)', 'S(b, "h", wrap=True)')],
+     'S(a, "h", wrap=True)\nS(b, "h", wrap=True)\nS(c)\nS()\nS(d, theme="e")\n'),
+    ("m.py", "python", "Style(dim=True)\nStyle(color=1, dim=True)\nStyle(bold=1, dim=True, x=2)\n",
+     [("Style(dim=True)", "Style()"), ("Style(color=1, dim=True)", "Style(color=1)")],
+     "Style()\nStyle(color=1)\nStyle(bold=1, x=2)\n"),
+    # after the last argument of a call over several lines, not on the closing bracket's line
+    ("m.py", "python", "f(a, b)\nf(c, d)\nf(\n    e,\n    g\n)\n", [("f(a, b)", "f(a, b, k=1)"), ("f(c, d)", "f(c, d, k=1)")],
+     "f(a, b, k=1)\nf(c, d, k=1)\nf(\n    e,\n    g, k=1\n)\n"),
+    # a call over several lines: after its last argument, not in the comment after it; taken out
+    # of a call over several lines, in the middle or first
+    ("m.py", "python", "concat(a)\nconcat(b)\nrv = concat(\n    [x for x in y]  # type: ignore\n)\n",
+     [("concat(a)", "concat(a, k=1)"), ("concat(b)", "concat(b, k=1)")],
+     "concat(a, k=1)\nconcat(b, k=1)\nrv = concat(\n    [x for x in y], k=1  # type: ignore\n)\n"),
+    ("m.py", "python", "echo(m, file=f)\necho(n, file=f, color=c)\necho(\n    o,\n    file=f,\n    color=c,\n)\n",
+     [("echo(m, file=f)", "echo(m)"), ("echo(n, file=f, color=c)", "echo(n, color=c)")],
+     "echo(m)\necho(n, color=c)\necho(\n    o,\n    color=c,\n)\n"),
+    ("m.py", "python", "u(obj=obj, name=a)\nu(obj=obj, name=b)\nu(\n    obj=obj,\n    name=c,\n)\n",
+     [("u(obj=obj, name=a)", "u(name=a)"), ("u(obj=obj, name=b)", "u(name=b)")],
+     "u(name=a)\nu(name=b)\nu(\n    name=c,\n)\n"),
     # an argument put first: an empty call gets it without a comma
     ("m.py", "python", "send(a, b)\nsend(c)\nsend()\n", [("send(a, b)", "send(ctx, a, b)"), ("send(c)", "send(ctx, c)")],
      "send(ctx, a, b)\nsend(ctx, c)\nsend(ctx)\n"),

@@ -85,7 +85,17 @@ def _change(old: str, new: str) -> tuple[int, str, str] | None:
     s = 0
     while s < len(a) - p and s < len(b) - p and a[-1 - s] == b[-1 - s]:
         s += 1
-    return len("".join(b[:p])), "".join(a[p:len(a) - s]), "".join(b[p:len(b) - s])
+    at, d, ins = len("".join(b[:p])), "".join(a[p:len(a) - s]), "".join(b[p:len(b) - s])
+    if bool(d) != bool(ins) and (d or ins).endswith(", ") and b[p - 2:p] == [",", " "]:
+        # `a, b, c` → `a, c` reads as `b, ` taken out after `a, `: the same as `, b` after `a`
+        return at - 2, d and ", " + d[:-2], ins and ", " + ins[:-2]
+    return at, d, ins
+
+
+def _core(x: str) -> str:
+    """An argument's text without the comma that separates it (`, x=1`, `x=1, `, `x=1`)."""
+    x = x.strip()
+    return x.removeprefix(",").removesuffix(",").strip()
 
 
 def _key(n: Node, src: bytes) -> str:
@@ -100,9 +110,11 @@ def _key(n: Node, src: bytes) -> str:
 
 
 def _around(snap: Snapshot, a: int, b: int) -> Node | None:
-    """The smallest named node holding bytes a..b that is more than them (the change's node)."""
+    """The smallest named node holding bytes a..b that is more than them (the change's node); a
+    point (text taken out) strictly inside, not at an edge of the next token."""
     n = snap.tree.root_node.named_descendant_for_byte_range(a, b)
-    while n is not None and (n.start_byte > a or n.end_byte < b or (n.start_byte, n.end_byte) == (a, b)):
+    while n is not None and (n.start_byte > a or n.end_byte < b or (n.start_byte, n.end_byte) == (a, b)
+                             or a == b and not n.start_byte < a < n.end_byte):
         n = n.parent
     return n if n is not None and n.parent is not None else None  # the whole file is no node to repeat in
 
@@ -153,7 +165,11 @@ def detect(text: str, path: str, cursor: int, history: Sequence[HistoryItem], la
         return None
     (o1, n1), (o2, n2) = edits
     c1, c2 = _change(o1, n1), _change(o2, n2)
-    if c1 is None or c2 is None or c1[1:] != c2[1:]:
+    if c1 is None or c2 is None:
+        return None
+    # one argument taken out at both, first or alone in one of them (`f(x=1)` → `f()`, `g(a, x=1)` → `g(a)`)
+    dropped = not c1[2] and not c2[2] and _core(c1[1]) == _core(c2[1]) and _NAME.search(_core(c1[1]))
+    if c1[1:] != c2[1:] and not dropped:
         return None
     _, d, ins = c2
     snap = Snapshot(text, language, tree) if tree is not None else parse_snapshot(text, language)
@@ -168,6 +184,9 @@ def detect(text: str, path: str, cursor: int, history: Sequence[HistoryItem], la
     (na, ta, ra, _), (nb, tb, rb, _) = first, last
     if na.type != nb.type or _key(na, snap.source) != _key(nb, snap.source):
         return None
+    if c1[1:] != c2[1:]:  # the argument out wherever it stands (_apply)
+        return Rule(nb.type, _key(nb, snap.source), "", ", " + _core(d), "", "", False, False), \
+            snap.char_at(na.start_byte), snap.char_at(nb.start_byte)
     la, lb, rgt_a, rgt_b = ta[:ra], tb[:rb], ta[ra + len(d):], tb[rb + len(d):]
     rule = _anchor(Rule(nb.type, _key(nb, snap.source), _common(la, lb, True), d, ins,
                         _common(rgt_a, rgt_b, False), la == lb, rgt_a == rgt_b))
@@ -208,7 +227,8 @@ def sites(rule: Rule, snap: Snapshot) -> list[tuple[int, int, str]]:
     out = []
     for _, n in sorted(found.items()):
         s, e = snap.char_at(n.start_byte), snap.char_at(n.end_byte)
-        got = _apply(rule, text[s:e])
+        items = [c for c in n.named_children if c.type != "comment"]
+        got = _apply(rule, text[s:e], snap.char_at(items[-1].end_byte) - s if items else None)
         if got is not None:
             a, b, t = got
             out.append((snap.byte_at(s + a), snap.byte_at(s + b), t))
@@ -238,20 +258,16 @@ def _nodes_near(snap: Snapshot, a: int, b: int, rule: Rule) -> list[Node]:
     return out
 
 
-def _apply(rule: Rule, t: str) -> tuple[int, int, str] | None:
-    """The edit (chars in the node's text `t`: start, end, text) the rule makes there, or None."""
+def _apply(rule: Rule, t: str, last: int | None = None) -> tuple[int, int, str] | None:
+    """The edit (chars in the node's text `t`: start, end, text) the rule makes there, or None.
+    `last`: where the node's last child that is not a comment ends (an argument added last goes
+    there, not after a comment that follows it)."""
     d, ins = rule.removed, rule.inserted
     p = _anchored(rule, t)
     if p is None and _WORD.search(d):  # elsewhere in the node: where its context and D occur once
         p = _once(t, rule.left + d, len(rule.left))
-    if p is None and d.startswith(",") and _NAME.search(d):  # a whole argument taken out, wherever it is
-        core = d[1:].lstrip()
-        p = _once(t, d, 0)
-        if p is None and (k := _once(t, core + ",", 0)) is not None and t[:k].rstrip()[-1:] in tuple(OPEN):
-            e = k + len(core) + 1
-            return k, e + len(t[e:]) - len(t[e:].lstrip()), ins  # the first: `f(flag=1, x)` → `f(x)`
-        if p is None and t[1:-1].strip() == core:
-            return t.index(core), t.index(core) + len(core), ins  # the only one: `f(flag=1)` → `f()`
+    if p is None and not ins and (d.startswith(",") or d.rstrip().endswith(",")) and _NAME.search(d):
+        return _taken_out(t, _core(d))  # a whole argument, wherever it stands, over lines or not
     if p is None:
         return None
     if ins.strip(", ") and _WORD.search(ins) and ins.strip(", ") in t:
@@ -262,11 +278,30 @@ def _apply(rule: Rule, t: str) -> tuple[int, int, str] | None:
         head = t[:p].rstrip()
         if head.endswith(tuple(OPEN)):
             return p, p, ins[1:].lstrip()  # `foo()` → `foo(timeout=t)`
-        if head.endswith(",") and t[p:].lstrip()[:1] in tuple(CLOSE):
-            p = len(head) - 1  # a trailing comma stays last: `b,\n)` → `b, timeout=t,\n)`
+        if last is not None and last <= p:  # after the last argument, not after a comment or on the `)` line
+            comma = t[last:p].lstrip()[:1] == ","
+            p = t.index(",", last) if comma else last  # a trailing comma stays last: `b,\n)` → `b, timeout=t,\n)`
     if not d and ins.rstrip().endswith(",") and t[p:].lstrip()[:1] in tuple(CLOSE):
         return p, p, ins.rstrip()[:-1].rstrip()  # `foo()` → `foo(ctx)`
     return p, p + len(d), ins
+
+
+def _taken_out(t: str, core: str) -> tuple[int, int, str] | None:
+    """The span that takes argument `core` out of the node's text `t` with its comma: the comma
+    before it, or (the first) the comma after it and the space up to the next one, or (alone) itself."""
+    k = _once(t, core, 0)
+    if k is None:
+        return None
+    e = k + len(core)
+    head, tail = t[:k].rstrip(), t[e:].lstrip()
+    if head.endswith(","):
+        return len(head) - 1, e, ""
+    if not head.endswith(tuple(OPEN)):
+        return None
+    if tail.startswith(","):
+        rest = t[e:].lstrip()[1:]
+        return k, len(t) - len(rest.lstrip()), ""  # `f(flag=1, x)` → `f(x)`
+    return (k, e, "") if tail[:1] in tuple(CLOSE) else None  # `f(flag=1)` → `f()`
 
 
 def _anchored(rule: Rule, t: str) -> int | None:
