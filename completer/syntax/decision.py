@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+RULES = frozenset({"confidence", "degenerate", "syntax"})  # Dropped rules that are not post-processing's reasons
+
 
 @dataclass(frozen=True)
 class Dropped:
     """A generated completion that shows nothing, and the rule that dropped it."""
-    rule: str   # degenerate | syntax (the stop kept nothing) | a post-processing reason ("adds parse errors", ...)
+    rule: str   # confidence | degenerate | syntax (the stop kept nothing) | a post-processing reason ("adds parse errors", ...)
     text: str   # the raw completion, as the engine generated it
 
 
@@ -46,7 +48,10 @@ class SyntaxDecision:
         if self.gated:
             return f"gated off ({self.gate_reason})"
         if self.dropped is not None:
-            return f"the {self.dropped.rule} rule dropped {len(self.dropped.text)} generated characters"
+            n, rule = len(self.dropped.text), self.dropped.rule
+            if rule in RULES:  # the confidence gate, or the stop (degenerate output, the node closed)
+                return f"the {rule} rule dropped {n} generated characters"
+            return f"post-processing dropped {n} generated characters ({rule})"  # its reason, e.g. adds parse errors
         return None
 
     def to_json(self) -> dict:
