@@ -121,6 +121,10 @@ CASES = [
     ("m.py", "python", "u(obj=obj, name=a)\nu(obj=obj, name=b)\nu(\n    obj=obj,\n    name=c,\n)\n",
      [("u(obj=obj, name=a)", "u(name=a)"), ("u(obj=obj, name=b)", "u(name=b)")],
      "u(name=a)\nu(name=b)\nu(\n    name=c,\n)\n"),
+    # the only argument taken out at both: last in a call over several lines, its comma too
+    ("m.py", "python", "x = init(col=col)\ny = init(col=col)\ninit(\n    a,\n    col=col,\n)\n",
+     [("x = init(col=col)", "x = init()"), ("y = init(col=col)", "y = init()")],
+     "x = init()\ny = init()\ninit(\n    a,\n)\n"),
     # an argument put first: an empty call gets it without a comma
     ("m.py", "python", "send(a, b)\nsend(c)\nsend()\n", [("send(a, b)", "send(ctx, a, b)"), ("send(c)", "send(ctx, c)")],
      "send(ctx, a, b)\nsend(ctx, c)\nsend(ctx)\n"),

@@ -36,7 +36,7 @@ _WORD = re.compile(r"\w")
 _NAME = re.compile(r"[^\W\d]\w*")
 _KEYWORD = re.compile(r"(?<![\w.])([^\W\d]\w*)\s*=(?!=)")  # `name=` in an inserted argument
 MAX_LINE = 2000       # an edited line longer than this (a minified file) is not read
-MAX_PLACES = 64       # places checked against the parse
+MAX_PLACES = 256      # places offered at most (jinja2's compiler calls self.write 112 times)
 CALLS = ("call", "call_expression", "new_expression")  # a node with the callee an argument list belongs to
 OPEN, CLOSE = "([{", ")]}"
 
@@ -266,8 +266,10 @@ def _apply(rule: Rule, t: str, last: int | None = None) -> tuple[int, int, str] 
     p = _anchored(rule, t)
     if p is None and _WORD.search(d):  # elsewhere in the node: where its context and D occur once
         p = _once(t, rule.left + d, len(rule.left))
-    if p is None and not ins and (d.startswith(",") or d.rstrip().endswith(",")) and _NAME.search(d):
-        return _taken_out(t, _core(d))  # a whole argument, wherever it stands, over lines or not
+    core = _core(d)
+    if not ins and _NAME.search(core) and (d.startswith(",") or d.rstrip().endswith(",") or _argument(t, p, d)):
+        # a whole argument, wherever it stands, over lines or not, with the comma it needs gone
+        return _taken_out(t, core, None if p is None else p + d.index(core))
     if p is None:
         return None
     if ins.strip(", ") and _WORD.search(ins) and ins.strip(", ") in t:
@@ -286,10 +288,17 @@ def _apply(rule: Rule, t: str, last: int | None = None) -> tuple[int, int, str] 
     return p, p + len(d), ins
 
 
-def _taken_out(t: str, core: str) -> tuple[int, int, str] | None:
-    """The span that takes argument `core` out of the node's text `t` with its comma: the comma
-    before it, or (the first) the comma after it and the space up to the next one, or (alone) itself."""
-    k = _once(t, core, 0)
+def _argument(t: str, p: int | None, d: str) -> bool:
+    """Whether t[p:p + len(d)] is one whole argument (separators or brackets on both sides)."""
+    return p is not None and t[:p].rstrip()[-1:] in tuple(OPEN + ",") and \
+        t[p + len(d):].lstrip()[:1] in tuple(CLOSE + ",")
+
+
+def _taken_out(t: str, core: str, k: int | None = None) -> tuple[int, int, str] | None:
+    """The span that takes argument `core` (at `k`, else where it occurs once) out of the node's
+    text `t` with its comma: the comma before it, or (the first) the comma after it and the space
+    up to the next one, or (alone) itself."""
+    k = _once(t, core, 0) if k is None else k
     if k is None:
         return None
     e = k + len(core)
