@@ -26,13 +26,25 @@ default options). The history is OLD → FILE, as `completer next-edit --before`
 - `--follow N` (issue 39): a change at a definition followed past the region and into other
   files (completer/edits/follow.py, no model), N tasks per kind and package: a top-level function
   or class used in >= 2 other files renamed (expected: jedi's rename), a parameter of a function
-  called in >= 3 places removed (expected: its argument dropped at each call jedi finds, by
-  `ast`), a name taken out of its import and written again (expected: the file as it was), and
-  edits that need nothing (a number, a comment, a statement: nothing offered). Per kind: recall
-  of the places, precision, exact final files, the share shown. Needs `pip install jedi`.
+  called in >= 3 places removed (expected: its argument dropped at each call jedi finds — its
+  references, and each call of that name its goto resolves to the definition; a src layout's
+  `src/` on jedi's path — by `ast`), a name taken out of its import and written again (expected:
+  the file as it was), the same edit again (an argument added to, or a keyword argument taken out
+  of, the first two calls of a callee called >= 3 times in a file; expected: the same at its other
+  calls, by `ast`; and two different changes, or no third call: nothing offered), and edits that
+  need nothing (a number, a comment, a statement: nothing offered). Per kind: recall of the
+  places, precision, exact final files, the share shown. `--follow-kinds` picks kinds. Needs
+  `pip install jedi`.
+- `--latency N` (issue 39, Measure): N edits per kind (rename, signature, import, repeat) made
+  from the packages' code, typed into a real `completer-lsp` (stdio) whose workspace holds
+  `--files` Python files (the packages' import roots and tests, then generated modules importing
+  each other and the packages); latency from the edit's didChange to the completer/nextEdit
+  answer, p50/p90 over answers with a suggestion and over all, after the engine and the index are
+  ready. Time it on an otherwise idle machine.
 
     python bench/next_edit.py [--n 40] [--sdists DIR] [--target DIR --draft DIR] [--rename first|fallback|off]
-    python bench/next_edit.py --follow 10 [--sdists DIR]
+    python bench/next_edit.py --follow 10 [--sdists DIR] [--follow-kinds rename,remove_param,import,quiet,repeat]
+    python bench/next_edit.py --latency 20 --files 1000 [--sdists DIR]
     python bench/next_edit.py --speed [--n 12]
     python bench/next_edit.py --lsp 20
 """
@@ -43,6 +55,7 @@ import ast
 import json
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -64,6 +77,7 @@ from completer.edits.region import editable_region
 from draft_models.edit_data import KINDS, make_task
 
 RENAMES = ("rename_local", "rename_attr")
+FOLLOW_KINDS = ("rename", "remove_param", "import", "quiet", "repeat")
 
 
 def sources(roots: list[Path]) -> list[tuple[str, str]]:
@@ -242,28 +256,63 @@ def _py_files(root: Path) -> dict[str, str]:
     return out
 
 
+def _project(root: Path):
+    """jedi's project for a package's tree; a src layout's `src/` on its path (the tests import the
+    package by name: without it jedi resolves `click` to an installed copy, not the tree's)."""
+    import jedi
+    src = root / "src"
+    return jedi.Project(root, added_sys_path=[str(src)] if src.is_dir() else [])
+
+
+def _inside(root: Path, path) -> str | None:
+    p = Path(path).resolve()
+    return p.relative_to(root.resolve()).as_posix() if p.is_relative_to(root.resolve()) else None
+
+
 def _jedi_rename(root: Path, rel: str, text: str, line: int, col: int, new: str) -> dict[str, str] | None:
     """The oracle for a rename: jedi's refactoring (its own import resolution), rel → new text."""
     import jedi
     try:
-        r = jedi.Script(code=text, path=str(root / rel), project=jedi.Project(root)).rename(line + 1, col, new_name=new)
-        return {Path(p).resolve().relative_to(root.resolve()).as_posix(): cf.get_new_code()
-                for p, cf in r.get_changed_files().items()}
+        r = jedi.Script(code=text, path=str(root / rel), project=_project(root)).rename(line + 1, col, new_name=new)
+        return {f: cf.get_new_code() for p, cf in r.get_changed_files().items() if (f := _inside(root, p))}
     except Exception as e:  # noqa: BLE001 - jedi refuses some places: no task there
         print(f"# jedi: {rel}:{line + 1}: {e}", file=sys.stderr)
         return None
 
 
-def _jedi_calls(root: Path, rel: str, text: str, line: int, col: int) -> list[tuple[str, int, int]] | None:
-    """The oracle for a function's calls: jedi's references (path, 0-based line, column) of the name."""
+def _jedi_calls(root: Path, rel: str, text: str, line: int, col: int,
+                texts: dict[str, str]) -> list[tuple[str, int, int]] | None:
+    """The oracle for a function's calls: jedi's references (path, 0-based line, column) of the
+    name, and each other call of that name (ast) that jedi's goto resolves to the definition —
+    its references skip some a goto finds (jinja2's nativetypes.py calls `has_safe_repr`, imported
+    at the top, and nodes.py through a function's own import)."""
     import jedi
+    name = text.split("\n")[line][col:].split("(")[0].strip()
+    project = _project(root)
     try:
-        refs = jedi.Script(code=text, path=str(root / rel), project=jedi.Project(root)).get_references(line + 1, col)
+        refs = jedi.Script(code=text, path=str(root / rel), project=project).get_references(line + 1, col)
     except Exception as e:  # noqa: BLE001
         print(f"# jedi: {rel}:{line + 1}: {e}", file=sys.stderr)
         return None
-    return [(Path(r.module_path).resolve().relative_to(root.resolve()).as_posix(), r.line - 1, r.column)
-            for r in refs if r.module_path is not None and Path(r.module_path).resolve().is_relative_to(root.resolve())]
+    out = {(f, r.line - 1, r.column) for r in refs if r.module_path is not None and (f := _inside(root, r.module_path))}
+    for f, t in texts.items():
+        if name not in t:
+            continue
+        try:
+            tree = ast.parse(t)
+        except SyntaxError:
+            continue
+        ends = {(c.func.end_lineno - 1, c.func.end_col_offset - len(name)) for c in ast.walk(tree)
+                if isinstance(c, ast.Call) and (getattr(c.func, "id", None) == name or getattr(c.func, "attr", None) == name)}
+        for ln, c in sorted(ends - {(lf, cf) for g, lf, cf in out if g == f}):
+            try:
+                defs = jedi.Script(code=t, path=str(root / f), project=project).goto(ln + 1, c, follow_imports=True)
+            except Exception as e:  # noqa: BLE001 - a place jedi cannot read: not a call it resolves
+                print(f"# jedi: {f}:{ln + 1}: {e}", file=sys.stderr)
+                continue
+            if any(d.module_path is not None and _inside(root, d.module_path) == rel and d.line == line + 1 for d in defs):
+                out.add((f, ln, c))
+    return sorted(out)
 
 
 def _removed_arg(text: str, calls: list[tuple[int, int]], params: list[str], drop: str) -> str:
@@ -287,7 +336,11 @@ def _removed_arg(text: str, calls: list[tuple[int, int]], params: list[str], dro
             continue
         if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
             continue
-        items = sorted([(a.lineno, a.col_offset, a.end_lineno, a.end_col_offset, i < len(params) and params[i] == drop)
+        # a lone generator argument's position is the call's parentheses (`f(x for x in y)`)
+        lone = len(node.args) == 1 and not node.keywords and isinstance(node.args[0], ast.GeneratorExp) and \
+            (node.args[0].lineno, node.args[0].col_offset) == (f.end_lineno, f.end_col_offset)
+        items = sorted([(a.lineno, a.col_offset + lone, a.end_lineno, a.end_col_offset - lone,
+                         i < len(params) and params[i] == drop)
                         for i, a in enumerate(node.args)] +
                        [(k.lineno, k.col_offset, k.end_lineno, k.end_col_offset, k.arg == drop) for k in node.keywords])
         for i, (l1, c1, l2, c2, gone) in enumerate(items):
@@ -297,8 +350,9 @@ def _removed_arg(text: str, calls: list[tuple[int, int]], params: list[str], dro
                 cuts.append((off(l1, c1), off(items[i + 1][0], items[i + 1][1])))
             elif i > 0:
                 cuts.append((off(items[i - 1][2], items[i - 1][3]), off(l2, c2)))
-            else:
-                cuts.append((off(l1, c1), off(l2, c2)))
+            else:  # the only argument: the call's parentheses left empty (no blank lines where it stood)
+                cuts.append((text.index("(", off(f.end_lineno, f.end_col_offset)) + 1,
+                             off(node.end_lineno, node.end_col_offset) - 1))
     for a, b in sorted(cuts, reverse=True):
         text = text[:a] + text[b:]
     return text
@@ -459,7 +513,162 @@ def _quiet_tasks(texts: dict[str, str], index, n: int, rng: random.Random) -> li
     return rows
 
 
-def follow_quality(roots: list[Path], n: int, seed: int) -> dict:
+def _calls_by_callee(tree: ast.AST) -> dict[str, list[ast.Call]]:
+    """A file's calls by their callee as written (`f`, `self.log.warn`), in file order."""
+    out = defaultdict(list)
+    for c in ast.walk(tree):
+        if isinstance(c, ast.Call) and isinstance(c.func, (ast.Name, ast.Attribute)):
+            out[ast.unparse(c.func)].append(c)
+    for cs in out.values():
+        cs.sort(key=lambda c: (c.lineno, c.col_offset))
+    return out
+
+
+def _repeat_tasks(texts: dict[str, str], n: int, rng: random.Random) -> dict[str, list[dict]]:
+    """The same edit again (issue 39 §2), made from a package's code: a function called >= 3 times
+    in a file (its callee as written), the user's same change at its first two calls (one-line
+    calls, the callee once on each line), scored against `ast`:
+    - add: `, strict=True` (a keyword the file never uses) after the last argument; expected: the
+      same at every other call of that callee (`strict=True` in an empty call), not in a call
+      whose one argument is a bare generator (Python refuses it there);
+    - drop: a keyword argument `k=v` the callee is passed at >= 3 calls taken out (with the comma
+      before it, or after it when it is first); expected: the same `k=v` (as ast reads it) out of
+      every other call of that callee;
+    - quiet: the same two calls given different keywords (`strict=True`, `strict=False`), or one
+      change at both calls of a callee called only twice; expected: nothing offered."""
+    rows: dict[str, list[dict]] = defaultdict(list)
+    cands = []
+    for rel, text in texts.items():
+        if SKIP_PARTS & set(rel.split("/")):
+            continue
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        for callee, calls in _calls_by_callee(tree).items():
+            cands.append((rel, callee, calls))
+    rng.shuffle(cands)
+    starts_of = {}
+
+    def off(rel, ln, c):  # an ast position (1-based line, utf-8 column) → a char offset
+        if rel not in starts_of:
+            st, t = [0], texts[rel]
+            for line in t.split("\n"):
+                st.append(st[-1] + len(line) + 1)
+            starts_of[rel] = st
+        line = texts[rel].split("\n")[ln - 1]
+        return starts_of[rel][ln - 1] + len(line.encode()[:c].decode("utf-8", "replace"))
+
+    def single(rel, calls, callee):
+        lines = texts[rel].split("\n")
+        ok = [c for c in calls if c.lineno == c.end_lineno and lines[c.lineno - 1].count(callee + "(") == 1]
+        return len({c.lineno for c in ok[:2]}) == 2 and ok[:2] == calls[:2]
+
+    def last_end(rel, c):
+        items = list(c.args) + list(c.keywords)
+        if not items:
+            return None
+        e = max(items, key=lambda a: (a.end_lineno, a.end_col_offset))
+        return off(rel, e.end_lineno, e.end_col_offset)
+
+    def add_at(rel, c, kw):  # the keyword added after the last argument: (start, end, text)
+        end = last_end(rel, c)
+        if end is None:
+            at = off(rel, c.func.end_lineno, c.func.end_col_offset) + 1
+            return at, at, kw
+        return end, end, ", " + kw
+
+    def drop_span(rel, c, kw):  # (start, end) of keyword `kw` with its comma
+        items = sorted(list(c.args) + list(c.keywords), key=lambda a: (a.lineno, a.col_offset))
+        i = next(i for i, a in enumerate(items) if a is kw)
+        if i > 0:
+            p = items[i - 1]
+            return off(rel, p.end_lineno, p.end_col_offset), off(rel, kw.end_lineno, kw.end_col_offset)
+        if i + 1 < len(items):
+            return off(rel, kw.lineno, kw.col_offset), off(rel, items[i + 1].lineno, items[i + 1].col_offset)
+        return off(rel, kw.lineno, kw.col_offset), off(rel, kw.end_lineno, kw.end_col_offset)
+
+    def edit(text, changes):  # (start, end, new) char spans, applied from the end
+        for a, b, t in sorted(changes, reverse=True):
+            text = text[:a] + t + text[b:]
+        return text
+
+    def task(kind, rel, first_two, rest, quiet=False):
+        """first_two / rest: [(start, end, new)] of the user's edits and the expected others."""
+        text = texts[rel]
+        after = edit(text, first_two)
+        hist, shift = [], 0
+        for a, b, t in sorted(first_two):
+            ls, le = text.rfind("\n", 0, a) + 1, text.find("\n", b)
+            old_line = text[ls:le] + "\n"
+            new_line = text[ls:a] + t + text[b:le] + "\n"
+            line = after.count("\n", 0, ls + shift)
+            col = a - ls + len(t)
+            hist.append(HistoryItem(rel, old_line, new_line))
+            shift += len(t) - (b - a)
+        want = {rel: edit(text, first_two + rest)}
+        got, ans = _follow_history({**texts, rel: after}, rel, after, line, col, hist)
+        row = _score({**texts, rel: after}, want, got)
+        row.update(task=f"{rel}:{first_two[0][0]} {kind}", source=ans and ans.source, shown=ans is not None)
+        rows["repeat_quiet" if quiet else "repeat"].append(row)
+
+    from completer.edits.formats import HistoryItem
+
+    done = Counter()
+    for rel, callee, calls in cands:
+        if min(done.values(), default=0) >= n and len(done) == 3:
+            break
+        text = texts[rel]
+        if len(calls) >= 3 and done["add"] < n and "strict" not in text and single(rel, calls, callee) \
+                and all((c.args or c.keywords) and not isinstance(c.args[-1:] or None, ast.GeneratorExp)
+                        for c in calls[:2]):
+            mine = [add_at(rel, c, "strict=True") for c in calls[:2]]
+            rest = [add_at(rel, c, "strict=True") for c in calls[2:]
+                    if not (len(c.args) == 1 and not c.keywords and isinstance(c.args[0], ast.GeneratorExp))]
+            task("add", rel, mine, rest)
+            done["add"] += 1
+            if done["quiet"] < n:
+                a, b = mine
+                task("different keywords", rel, [a, (b[0], b[1], b[2].replace("True", "False"))], [], quiet=True)
+                done["quiet"] += 1
+            continue
+        if len(calls) == 2 and done["quiet"] < n and "strict" not in text and single(rel, calls, callee) \
+                and all(c.args or c.keywords for c in calls):
+            mine = [add_at(rel, c, "strict=True") for c in calls]
+            task("no third call", rel, mine, [], quiet=True)
+            done["quiet"] += 1
+            continue
+        if done["drop"] >= n:
+            continue
+        by_kw = defaultdict(list)
+        for c in calls:
+            for k in c.keywords:
+                if k.arg is not None:
+                    by_kw[ast.unparse(k)].append((c, k))
+        for kwtext, ck in by_kw.items():
+            if len(ck) < 3 or not single(rel, [c for c, _ in ck], callee) or [c for c, _ in ck][:2] != \
+                    [c for c in calls if any(ast.unparse(k) == kwtext for k in c.keywords)][:2]:
+                continue
+            mine = [(*drop_span(rel, c, k), "") for c, k in ck[:2]]
+            rest = [(*drop_span(rel, c, k), "") for c, k in ck[2:]]
+            task("drop " + kwtext, rel, mine, rest)
+            done["drop"] += 1
+            break
+    return rows
+
+
+def _follow_history(now: dict[str, str], rel: str, after: str, line: int, col: int, history: list):
+    """Every place the follower offers after `history` (the user's edits in `rel`), applied."""
+    from completer.edits.follow import Follower
+
+    got = Follower().answer(after, rel, line, col, history, language="python", read=now.get)
+    edits = defaultdict(list)
+    for p in (got.all if got else []):
+        edits[p.path] += p.edits
+    return {**now, **{f: apply_edits(now[f], es) for f, es in edits.items()}}, got
+
+
+def follow_quality(roots: list[Path], n: int, seed: int, kinds: tuple[str, ...] = FOLLOW_KINDS) -> dict:
     """Per package, `n` tasks of each kind made from its code, scored against an oracle:
     - rename: a top-level function or class (in the package, not its tests) used in >= 2 other
       files (by jedi's references) renamed at its def; expected: jedi's rename of it;
@@ -490,7 +699,7 @@ def follow_quality(roots: list[Path], n: int, seed: int) -> dict:
                     if others >= 2 or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                         cands.append((rel, node))
         rng.shuffle(cands)
-        done = defaultdict(int)
+        done = defaultdict(int, {k: n for k in ("rename", "remove_param") if k not in kinds})
         for rel, node in cands:
             if all(done[k] >= n for k in ("rename", "remove_param")):
                 break
@@ -498,7 +707,7 @@ def follow_quality(roots: list[Path], n: int, seed: int) -> dict:
             lines = text.split("\n")
             line = node.lineno - 1
             col = lines[line].index(node.name, lines[line].index("def " if not isinstance(node, ast.ClassDef) else "class "))
-            calls = _jedi_calls(root, rel, text, line, col)
+            calls = _jedi_calls(root, rel, text, line, col, texts)
             if calls is None:
                 continue
             other_files = {f for f, _, _ in calls if f != rel}
@@ -550,11 +759,16 @@ def follow_quality(roots: list[Path], n: int, seed: int) -> dict:
             row.update(task=f"{root.name}:{rel}:{line + 1} {node.name} ({kind}: {new})", source=ans and ans.source)
             rows[kind].append(row)
             done[kind] += 1
-        rows["import"] += _import_tasks(root, texts, index, n, rng)
-        rows["quiet"] += _quiet_tasks(texts, index, n * 3, rng)
+        if "import" in kinds:
+            rows["import"] += _import_tasks(root, texts, index, n, rng)
+        if "quiet" in kinds:
+            rows["quiet"] += _quiet_tasks(texts, index, n * 3, rng)
+        if "repeat" in kinds:
+            for k, rs in _repeat_tasks(texts, n, rng).items():
+                rows[k] += rs
         index.close()
     out = {}
-    for kind in ("import", "quiet"):
+    for kind in ("import", "quiet", "repeat_quiet"):
         rs = rows.pop(kind, [])
         if rs:
             out[kind] = {"tasks": len(rs), "shown": round(sum(r["shown"] for r in rs) / len(rs), 4),
@@ -565,6 +779,189 @@ def follow_quality(roots: list[Path], n: int, seed: int) -> dict:
         out[kind] = {"tasks": len(rs), "recall": round(h / e, 4) if e else None, "precision": round(h / s, 4) if s else None,
                      "exact": round(sum(r["exact"] for r in rs) / len(rs), 4), "places": e,
                      "misses": [r for r in rs if not r["exact"]][:8]}
+    return out
+
+
+# -- --latency: edit → first suggestion through completer-lsp in a 1 000-file workspace ------------
+def _workspace(roots: list[Path], dest: Path, files: int) -> dict[str, str]:
+    """A workspace of `files` Python files: the packages' import roots (`src/click` → `click/`,
+    `rich/`) and their tests (`tests_click/`), then generated modules up to the count, each
+    importing two others' functions and a package's (what the index resolves and a rename
+    follows), calling them. rel → text of the packages' files (the tasks are made from those)."""
+    import shutil
+
+    texts = {}
+    for r in roots:
+        base = r / "src" if (r / "src").is_dir() else r
+        for d in sorted(base.iterdir()):
+            if d.is_dir() and (d / "__init__.py").exists() and d.name not in SKIP_PARTS:
+                shutil.copytree(d, dest / d.name, dirs_exist_ok=True)
+        if (r / "tests").is_dir():
+            shutil.copytree(r / "tests", dest / f"tests_{r.name.split('-')[0]}", dirs_exist_ok=True)
+    for f in sorted(dest.rglob("*.py")):
+        try:
+            texts[f.relative_to(dest).as_posix()] = f.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+    n = max(files - len(list(dest.rglob("*.py"))), 0)
+    real = [(rel.removesuffix(".py").replace("/", "."), name) for rel, text in sorted(texts.items())
+            if not rel.startswith("tests_") and not rel.endswith("__init__.py")
+            for name in re.findall(r"^def ([a-z]\w*)\(", text, re.MULTILINE)[:1]]
+    (dest / "gen").mkdir(exist_ok=True)
+    (dest / "gen" / "__init__.py").write_text("")
+    for i in range(n - 1):
+        a, b = (i * 7 + 1) % max(n - 1, 1), (i * 13 + 5) % max(n - 1, 1)
+        mod, fn = real[i % len(real)] if real else ("os.path", "join")
+        (dest / "gen" / f"m{i}.py").write_text(
+            f"from gen.m{a} import f{a}\nfrom gen.m{b} import K{b}\nfrom {mod} import {fn}\n\nK{i} = {i}\n\n\n"
+            f"def f{i}(x, y, scale=1):\n    return f{a}(x, y) * scale + K{b}\n\n\n"
+            f"class C{i}:\n    def run(self, x):\n        f{i}(x, 1)\n        return {fn}\n")
+    return texts
+
+
+def _latency_tasks(texts: dict[str, str], n: int, rng: random.Random) -> list[dict]:
+    """`n` edits per kind from the packages' code, each as the editor sends it: the text open
+    before, the user's changes (line, old line, new line: one didChange each), the cursor.
+    rename: a top-level function or class imported by >= 2 other files, renamed at its def;
+    signature: the last parameter (no default) of a one-line def called >= 3 times removed; import: a name taken out of a one-line
+    `from M import a, N` and written again at its first use; repeat: `, strict=True` added to
+    the first two one-line calls of a callee called >= 3 times in the file."""
+    out: dict[str, list[dict]] = defaultdict(list)
+    files = [(rel, t) for rel, t in sorted(texts.items()) if not rel.startswith("tests_") and not SKIP_PARTS & set(rel.split("/"))]
+    rng.shuffle(files)
+    tops = {rel.split("/")[0] for rel in texts}
+    imported = Counter(w for t in texts.values() for m in re.finditer(r"^\s*from \S+ import (.+)$", t, re.MULTILINE)
+                       for w in re.findall(r"\w+", m.group(1)))
+
+    def one(kind, rel, text, changes):  # changes: [(line, new line text)] in order
+        lines = text.split("\n")
+        steps, cur = [], list(lines)
+        for ln, new in changes:
+            steps.append((ln, cur[ln], new))
+            cur[ln] = new
+        line = steps[-1][0]
+        out[kind].append({"kind": kind, "path": rel, "before": text, "steps": steps, "line": line})
+
+    for rel, text in files:
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        lines = text.split("\n")
+        for node in tree.body:
+            if len(out["rename"]) < n and isinstance(node, (ast.FunctionDef, ast.ClassDef)) and imported[node.name] >= 2:
+                ln = node.lineno - 1 + len(node.decorator_list)
+                if f" {node.name}" in lines[ln]:
+                    one("rename", rel, text, [(ln, lines[ln].replace(f" {node.name}", f" {node.name}_renamed", 1))])
+            elif len(out["signature"]) < n and isinstance(node, ast.FunctionDef) and node.lineno == node.body[0].lineno - 1 \
+                    and node.args.args and not node.args.vararg and not node.args.kwarg and not node.decorator_list \
+                    and sum(len(re.findall(rf"(?<![\w.]){node.name}\(", t)) for t in texts.values()) >= 4:  # 3 calls
+                header = lines[node.lineno - 1]
+                i, j = header.find("("), header.rfind(")")
+                params = _split_params(header[i + 1:j])
+                if i > 0 and j > i and params and params[-1].strip() and "*" not in header[i:j] \
+                        and "=" not in params[-1] and params[-1].split(":")[0].strip() not in ("self", "cls"):
+                    one("signature", rel, text, [(node.lineno - 1, header[:i + 1] + ",".join(params[:-1]).strip() + header[j:])])
+        for node in tree.body:
+            if len(out["import"]) < n and isinstance(node, ast.ImportFrom) and node.lineno == node.end_lineno \
+                    and len(node.names) > 1 and node.names[-1].asname is None \
+                    and (node.level or (node.module or "").split(".")[0] in tops):  # a workspace module's name
+                name = node.names[-1].name
+                imp = lines[node.lineno - 1]
+                use = next((u.lineno - 1 for u in ast.walk(tree) if isinstance(u, ast.Name) and u.id == name
+                            and len(re.findall(rf"\b{name}\b", lines[u.lineno - 1])) == 1), None)
+                if use is None or "(" in imp or use <= node.lineno - 1:
+                    continue
+                cut = imp[:imp.rindex(name)].rstrip().rstrip(",")
+                before = lines[:node.lineno - 1] + [cut] + lines[node.lineno:]
+                before[use] = re.sub(rf"\b{name}\b", "None", before[use])
+                one("import", rel, "\n".join(before), [(use, lines[use])])
+                break
+        if len(out["repeat"]) < n:
+            for callee, calls in _calls_by_callee(tree).items():
+                one_line = [c for c in calls if c.lineno == c.end_lineno and lines[c.lineno - 1].count(callee + "(") == 1]
+                if len(calls) < 3 or one_line[:2] != calls[:2] or calls[0].lineno == calls[1].lineno \
+                        or not all(c.args or c.keywords for c in calls[:2]) or "strict" in text:
+                    continue
+                ch = []
+                for c in calls[:2]:
+                    ln, e = c.lineno - 1, c.end_col_offset - 1
+                    b = lines[ln].encode()
+                    ch.append((ln, (b[:e] + b", strict=True" + b[e:]).decode("utf-8", "replace")))
+                one("repeat", rel, text, ch)
+                break
+        if all(len(out[k]) >= n for k in ("rename", "signature", "import", "repeat")):
+            break
+    return [t for k in ("rename", "signature", "import", "repeat") for t in out[k][:n]]
+
+
+def _utf16(s: str) -> int:
+    """LSP's default column unit: UTF-16 code units."""
+    return len(s.encode("utf-16-le")) // 2
+
+
+def follow_latency(roots: list[Path], n: int, files: int, seed: int) -> dict:
+    """Each task through a real `completer-lsp` (stdio) whose workspace holds `files` Python files:
+    the file opened with the text before, the user's edits sent as didChange, then
+    completer/nextEdit at the cursor as an editor asks after its debounce (next_edit_debounce_ms,
+    not counted); latency from the last didChange sent to the answer, per kind and in all: p50,
+    p90, and the share answered with a suggestion (edits or a jump). Waits first for the engine
+    and the index (the models' load and the index's walk are not what is timed)."""
+    ws = Path(tempfile.mkdtemp(prefix="next_edit_ws_"))
+    texts = _workspace(roots, ws, files)
+    count = len(list(ws.rglob("*.py")))
+    tasks = _latency_tasks(texts, n, random.Random(seed))
+    exe = Path(sys.executable).parent / "completer-lsp"
+    argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "lsp.server"]
+    lsp = LspClient(argv, dict(os.environ, PYTHONPATH=str(ROOT)))
+    lsp.request("initialize", {"processId": None, "rootUri": ws.as_uri(), "capabilities": {}, "initializationOptions": {}})
+    lsp.notify("initialized", {})
+    end = time.monotonic() + 600
+    while True:
+        st = lsp.request("completer/stats", {}).get("result") or {}
+        if st.get("engine") == "ready" and (st.get("workspace") or {}).get("complete"):
+            break
+        if time.monotonic() > end:
+            raise SystemExit(f"the language server was not ready in 600 s: {st.get('engine')}, {st.get('workspace')}")
+        time.sleep(0.2)
+    indexed = st["workspace"]["files"]
+    rows = []
+    for t in tasks:
+        uri = (ws / t["path"]).as_uri()
+        lsp.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                             "text": t["before"]}})
+        lsp.request("completer/stats", {})  # the open handled before the edits are timed
+        for v, (ln, old, new) in enumerate(t["steps"], 2):
+            if v == len(t["steps"]) + 1:
+                t0 = time.perf_counter()
+            lsp.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": v}, "contentChanges": [
+                {"range": {"start": {"line": ln, "character": 0}, "end": {"line": ln, "character": _utf16(old)}},
+                 "text": new}]})
+        r = lsp.request("completer/nextEdit", {"textDocument": {"uri": uri},
+                                               "position": {"line": t["line"], "character": _utf16(t["steps"][-1][2])}})
+        ms = (time.perf_counter() - t0) * 1e3
+        res = r.get("result") or {}
+        rows.append({"kind": t["kind"], "ms": ms, "shown": bool(res.get("edits") or res.get("jump")),
+                     "source": res.get("source"), "reason": res.get("reason")})
+        lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+        time.sleep(1.1)  # past the history's pause: the next task's edits are an event of their own
+    lsp.close()
+    subprocess.run(["rm", "-rf", str(ws)], check=False)
+
+    def pct(ms: list[float]) -> dict:
+        if not ms:
+            return {"n": 0}
+        ms = sorted(ms)
+        q = lambda p: round(ms[min(len(ms) - 1, int(p * len(ms)))], 1)
+        return {"n": len(ms), "p50_ms": q(0.5), "p90_ms": q(0.9), "max_ms": round(ms[-1], 1)}
+
+    out = {"workspace_files": count, "indexed": indexed, "cpu": machine()}
+    for kind in ("rename", "signature", "import", "repeat", None):
+        rs = [r for r in rows if kind is None or r["kind"] == kind]
+        if rs:
+            out[kind or "all"] = {**pct([r["ms"] for r in rs if r["shown"]]), "shown": round(sum(r["shown"] for r in rs) / len(rs), 3),
+                                  "all_requests": pct([r["ms"] for r in rs]),
+                                  "sources": dict(Counter(r["source"] or r["reason"] for r in rs))}
     return out
 
 
@@ -584,12 +981,27 @@ def main() -> int:
     ap.add_argument("--follow", type=int, default=0, metavar="N",
                     help="N tasks per kind and package: renames and parameter removals followed through the "
                          "repository (completer/edits/follow.py) against jedi (pip install jedi) and ast")
+    ap.add_argument("--follow-kinds", default=",".join(FOLLOW_KINDS), help="--follow's kinds (default: all)")
+    ap.add_argument("--latency", type=int, default=0, metavar="N",
+                    help="N edits per kind (rename, signature, import, repeat) timed through completer-lsp in a "
+                         "workspace of --files Python files: edit to the first next-edit suggestion, p50/p90")
+    ap.add_argument("--files", type=int, default=1000, help="--latency's workspace size (Python files)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "next_edit.json")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="next_edit_"))
+    if a.latency:
+        res = {"packages": list(PACKAGES),
+               "latency": follow_latency(fetch(list(PACKAGES), a.sdists, work), a.latency, a.files, a.seed)}
+        out = a.out if a.out != ap.get_default("out") else ROOT / "runs" / "next_edit_latency.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res, indent=2) + "\n")
+        print(json.dumps(res, indent=2))
+        subprocess.run(["rm", "-rf", str(work)], check=False)
+        return 0
     if a.follow:
-        res = {"packages": list(PACKAGES), "follow": follow_quality(fetch(list(PACKAGES), a.sdists, work), a.follow, a.seed)}
+        res = {"packages": list(PACKAGES), "follow": follow_quality(fetch(list(PACKAGES), a.sdists, work), a.follow, a.seed,
+                                                                  tuple(a.follow_kinds.split(",")))}
         out = a.out if a.out != ap.get_default("out") else ROOT / "runs" / "next_edit_follow.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(res, indent=2) + "\n")
