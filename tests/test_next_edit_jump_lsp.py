@@ -110,3 +110,28 @@ async def test_a_dismissed_jump_ends_the_chain(client: LanguageClient, tmp_path)
     await client.protocol.send_request_async("completer/stats", {})
     again = await _ask(client, core, 20, 0)  # elsewhere, no new edit: the chain is over
     assert not getattr(again, "jump", None)
+
+
+@pytest.mark.asyncio
+async def test_the_same_edit_again_through_the_server(client: LanguageClient, tmp_path):
+    # an argument added at two calls of client.get (two edits, as typed): the next call past the
+    # region is the jump, with its edit; Tab there, Tab to apply, and the chain goes on
+    text = "client.get(a)\nclient.get(b)\n" + "# pad\n" * 10 + "client.get(c)\n" + "# pad\n" * 10 + "client.get(d)\n"
+    (tmp_path / "m.py").write_text(text)
+    await start_in(client, tmp_path, {"device": "cpu", "next_edit_lines_below": 2})
+    uri = (tmp_path / "m.py").as_uri()
+    open_doc(client, text, uri)
+    for v, line in ((2, 0), (3, 1)):
+        at = t.Position(line=line, character=12)
+        client.text_document_did_change(t.DidChangeTextDocumentParams(
+            text_document=t.VersionedTextDocumentIdentifier(uri=uri, version=v),
+            content_changes=[t.TextDocumentContentChangePartial(range=t.Range(start=at, end=at), text=", timeout=t")]))
+    first = await _ask(client, uri, 1, 23)
+    assert first.source == "repeat" and first.edits == [] and first.left == 2
+    assert first.jump.uri == uri and first.jump.range.start.line == 12
+    assert [(e.range.start.line, e.range.start.character, e.newText) for e in first.jump.edits] == [(12, 12, ", timeout=t")]
+    there = await _ask(client, uri, 12, 0)
+    assert [(e.range.start.line, e.newText) for e in there.edits] == [(12, ", timeout=t")]
+    _change(client, uri, 4, there.edits)
+    nxt = await _ask(client, uri, 12, 23)
+    assert nxt.source == "repeat" and nxt.jump.range.start.line == 23 and nxt.left == 1
