@@ -110,7 +110,7 @@ class Place:
 class Answer:
     edits: list[TextEdit]   # in the current file, inside its editable region
     jump: Place | None      # the next place outside it
-    source: str             # "rename" | "signature"
+    source: str             # "rename" | "signature" | "import" | "repeat" (the Change's kind)
     left: int               # places still to go, the jump's included
     total_ms: float = 0.0
     all: list[Place] = field(default_factory=list)    # every place left: the region's, then `later`

@@ -53,7 +53,7 @@ class NextEdit:
     dropped: str | None = None
     text: str = ""          # the region as the model rewrote it
     format: str | None = None
-    source: str = "model"   # or "rename": the syntax tree's rename propagation (rename.py); "signature"
+    source: str = "model"   # or "rename": the syntax tree's rename propagation (rename.py); follow.py's kinds
     model_dropped: str | None = None  # with source "rename": why the model's own answer was dropped
     jump: Place | None = None  # the next place past the region a change at a definition needs (follow.py)
 
