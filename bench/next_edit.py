@@ -269,15 +269,43 @@ def _inside(root: Path, path) -> str | None:
     return p.relative_to(root.resolve()).as_posix() if p.is_relative_to(root.resolve()) else None
 
 
-def _jedi_rename(root: Path, rel: str, text: str, line: int, col: int, new: str) -> dict[str, str] | None:
-    """The oracle for a rename: jedi's refactoring (its own import resolution), rel → new text."""
+def _jedi_rename(root: Path, rel: str, text: str, line: int, col: int, new: str,
+                 texts: dict[str, str]) -> dict[str, str] | None:
+    """The oracle for a rename: jedi's refactoring (its own import resolution), rel → new text;
+    in a file it left alone, each name token its goto resolves to the definition renamed too (its
+    rename skipped jinja2's tests/conftest.py, `from jinja2.environment import Environment`,
+    where its references and goto find the class)."""
+    import io
+    import tokenize
+
     import jedi
+    project = _project(root)
+    old = text.split("\n")[line][col:].split("(")[0].split(":")[0].strip()
     try:
-        r = jedi.Script(code=text, path=str(root / rel), project=_project(root)).rename(line + 1, col, new_name=new)
-        return {f: cf.get_new_code() for p, cf in r.get_changed_files().items() if (f := _inside(root, p))}
+        r = jedi.Script(code=text, path=str(root / rel), project=project).rename(line + 1, col, new_name=new)
+        out = {f: cf.get_new_code() for p, cf in r.get_changed_files().items() if (f := _inside(root, p))}
     except Exception as e:  # noqa: BLE001 - jedi refuses some places: no task there
         print(f"# jedi: {rel}:{line + 1}: {e}", file=sys.stderr)
         return None
+    for f, t in texts.items():
+        if f in out or f == rel or not re.search(rf"\b{re.escape(old)}\b", t):
+            continue
+        try:
+            toks = [k for k in tokenize.generate_tokens(io.StringIO(t).readline)
+                    if k.type == tokenize.NAME and k.string == old]
+            script = jedi.Script(code=t, path=str(root / f), project=project)
+            hits = [k.start for k in toks if any(d.module_path is not None and _inside(root, d.module_path) == rel
+                                                 and d.line == line + 1
+                                                 for d in script.goto(k.start[0], k.start[1], follow_imports=True))]
+        except Exception as e:  # noqa: BLE001 - a file jedi or tokenize cannot read: left as it is
+            print(f"# jedi: {f}: {e}", file=sys.stderr)
+            continue
+        if hits:
+            lines = t.split("\n")
+            for ln, c in sorted(hits, reverse=True):
+                lines[ln - 1] = lines[ln - 1][:c] + new + lines[ln - 1][c + len(old):]
+            out[f] = "\n".join(lines)
+    return out
 
 
 def _jedi_calls(root: Path, rel: str, text: str, line: int, col: int,
@@ -724,7 +752,7 @@ def follow_quality(roots: list[Path], n: int, seed: int, kinds: tuple[str, ...] 
             if kind == "rename":
                 new = node.name + "_renamed"
                 new_line = old_line[:col] + new + old_line[col + len(node.name):]
-                want = _jedi_rename(root, rel, text, line, col, new)
+                want = _jedi_rename(root, rel, text, line, col, new, texts)
                 if want is None:
                     continue
                 cur = (line, col + len(new))
@@ -764,7 +792,8 @@ def follow_quality(roots: list[Path], n: int, seed: int, kinds: tuple[str, ...] 
         if "quiet" in kinds:
             rows["quiet"] += _quiet_tasks(texts, index, n * 3, rng)
         if "repeat" in kinds:
-            for k, rs in _repeat_tasks(texts, n, rng).items():
+            # its own draws: the other kinds' tasks stay those of a run without it
+            for k, rs in _repeat_tasks(texts, n, random.Random(f"{seed}:{root.name}")).items():
                 rows[k] += rs
         index.close()
     out = {}
