@@ -76,8 +76,9 @@ def pair_build() -> str:
     card = re.search(r"^## The (\w+) build \(shipped ([\d-]+)", (REPO / "draft_models" / "MODEL_CARD.md").read_text(),
                      re.MULTILINE)
     gate = json.loads((PAIR / "target" / "config.json").read_text()).get("completer_min_confidence")
+    said = f"confidence gate {gate}, on by default" if gate else "its calibrated confidence gate is 0: off"
     return (f"the shipped pair{f', its {card[1]} build of {card[2]}' if card else ''} (draft_models/default,"
-            f" weights sha256 {short('target')} and {short('draft')}; confidence gate {gate}, on by default)")
+            f" weights sha256 {short('target')} and {short('draft')}; {said})")
 
 
 def captions(shown: str, build: str, ghost_at_rename: str = "") -> dict[str, str]:
