@@ -57,7 +57,7 @@ async def test_cancel_and_supersede(client: LanguageClient, tiny_pair):
 @pytest.mark.slow
 @pytest.mark.asyncio
 async def test_tokens_spent_on_a_dropped_completion_are_counted(client: LanguageClient):
-    # held-out asyncio code where the embedded pair writes `_check_check_check…`
+    # held-out stdlib code where the embedded pair writes a repeated run (tests/helpers/embedded.py)
     # (tests/test_degenerate.py): the degenerate rule drops it, and the stats say what it cost
     await start(client, {"max_new_tokens": 64, "debounce_ms": 0, "device": "cpu"})
     text, off = degenerate_place()

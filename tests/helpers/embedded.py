@@ -1,12 +1,14 @@
-"""Places in held-out code where the embedded pair (draft_models/default, third build) is known
+"""Places in held-out code where the embedded pair (draft_models/default, fourth build) is known
 to do what a test needs; a retrain may move them (find new ones as the comments say)."""
 from __future__ import annotations
 
-# held-out json code (decoder.py of this Python's stdlib, which the embedded pair never trained on):
-# at the top of _decode_uXXXX's body the pair (third build) writes a repeated run (found by trying
-# the class and def starts of held-out asyncio/json/email files with the degenerate stop off)
-DEGENERATE_FILE = "json/decoder.py"
-DEGENERATE_HEADER = "def _decode_uXXXX(s, pos):\n"
+# held-out email code (_header_value_parser.py of this Python's stdlib, which the embedded pair never
+# trained on): at the top of _validate_xtext's body the pair (fourth build) writes a repeated run
+# ("# Check if the first element of the end of the end of the en…"; found by trying the class and
+# def starts of held-out asyncio/json/email files with the degenerate stop off, then on: the stop
+# must drop it all within 16 tokens)
+DEGENERATE_FILE = "email/_header_value_parser.py"
+DEGENERATE_HEADER = "def _validate_xtext(xtext):\n"
 
 
 def degenerate_place() -> tuple[str, int]:
