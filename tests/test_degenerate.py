@@ -1,5 +1,5 @@
 """The degenerate stop as tables — junk that must be cut (and where), real code that must not be —
-then end to end on the embedded pair: a continuation that turns into `_check_check …` is stopped
+then end to end on the embedded pair: a continuation that turns into a repeated run is stopped
 inside the decode loop, a few tokens in, and nothing of it is shown."""
 from __future__ import annotations
 
