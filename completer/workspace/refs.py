@@ -38,6 +38,7 @@ def importers(resolver: Resolver, outlines: Mapping[str, Outline], rel: str, nam
     if not targets:
         return []
     seen: dict[tuple[str, str, str, str], Use] = {}
+    dir_names = {d.rsplit("/", 1)[-1] for d in resolver.dirs}  # once: every file's imports ask
     for path in sorted(outlines):
         if path == rel:
             continue
@@ -45,7 +46,7 @@ def importers(resolver: Resolver, outlines: Mapping[str, Outline], rel: str, nam
         if f.language != o.language and {f.language, o.language} - {"javascript", "typescript", "tsx"}:
             continue
         for imp in f.imports:
-            if imp.name not in (name, "", "*") and not _module_like(imp.name, outlines, resolver):
+            if imp.name not in (name, "", "*") and not _module_like(imp.name, resolver, dir_names):
                 continue
             for use in _uses(resolver, f, imp, name, targets):
                 seen.setdefault((use.path, use.how, use.alias, use.source), use)
@@ -55,9 +56,12 @@ def importers(resolver: Resolver, outlines: Mapping[str, Outline], rel: str, nam
     return list(seen.values())
 
 
-def _module_like(name: str, outlines: Mapping[str, Outline], resolver: Resolver) -> bool:
-    """A name that may be a submodule (`from pkg import m`): a Python file or package of that name."""
-    return bool(resolver.py_modules.get(name)) or any(d.endswith("/" + name) or d == name for d in resolver.dirs)
+def _module_like(name: str, resolver: Resolver, dir_names: set[str]) -> bool:
+    """A name that may be a submodule (`from pkg import m`): a Python file or package of that name
+    (`dir_names`: the last part of each of the resolver's directories)."""
+    if resolver.py_modules.get(name) or name in dir_names:
+        return True
+    return "/" in name and any(d.endswith("/" + name) or d == name for d in resolver.dirs)
 
 
 def _uses(resolver: Resolver, f: Outline, imp, name: str, targets: set[Target]) -> list[Use]:
