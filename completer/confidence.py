@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from .client import StopReason
+
 OFF = float("-inf")
 
 
@@ -80,6 +82,19 @@ class StreamGate:
             close = getattr(events, "close", None)
             if close is not None:
                 close()
+
+    def finish(self, text: str, why, on_text) -> tuple[str, object, str, float | None]:
+        """After the stream: the text to show (refused: the whole words of the sure tokens), the
+        stop reason (`why`, else UNSURE when a token was refused), the refused token ("" if
+        none) and the confidence score (None with the gate off). With the gate on, the text was
+        held back while it was judged: `on_text` is given it once here."""
+        unsure = ""
+        if self.unsure is not None:
+            text = whole_words(text, self.unsure)
+            why, unsure = why or StopReason.UNSURE, self.unsure
+        if self.on and on_text is not None and text:
+            on_text(text)
+        return text, why, unsure, score(self.logprobs) if self.on else None
 
 
 def _word(ch: str) -> bool:

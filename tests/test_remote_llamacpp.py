@@ -175,25 +175,3 @@ def test_other_files_go_in_as_input_extra(llama_bin):
         assert after.extra["tokens_cached"] >= after.prompt_tokens - 1 and after.prefill_tokens <= 1, after
     finally:
         s.kill()
-
-
-@pytest.mark.slow
-def test_the_confidence_gate_on_the_servers_log_probabilities(client):
-    """min_confidence set: the client asks llama-server for each token's log-probability (n_probs)
-    and ends the completion before the first less sure token, as the in-process engine does;
-    unset (a remote model has no calibration here): off, nothing asked."""
-    plain = client.complete(PREFIX, SUFFIX, doc_key="g.py", max_new=12)
-    assert plain.text and plain.confidence is None and plain.unsure_text == ""
-    client.reconfigure(min_confidence=1.0)  # no token is that sure: nothing is shown, nothing streamed
-    deltas: list[str] = []
-    none = client.complete(PREFIX, SUFFIX, doc_key="g.py", max_new=12, on_text=deltas.append)
-    assert (none.text, none.stop_reason, deltas) == ("", "unsure", []) and none.unsure_text
-    assert plain.text.startswith(none.unsure_text)
-    client.reconfigure(min_confidence=0.2)
-    some = client.complete(PREFIX, SUFFIX, doc_key="g.py", max_new=12, on_text=deltas.append)
-    assert plain.text.startswith(some.text) and "".join(deltas) == some.text
-    assert some.confidence is None if not some.text else some.confidence >= 0.2
-    if some.stop_reason == "unsure":  # a word the refused token continues is taken back whole
-        assert some.unsure_text and not (some.text[-1:].isalnum() and some.unsure_text[0].isalnum())
-    client.reconfigure(min_confidence=None)
-    assert client.complete(PREFIX, SUFFIX, doc_key="g.py", max_new=12).text == plain.text

@@ -83,27 +83,6 @@ def test_fim_formats_by_model_name():
     assert fim_format_for("completer", "x.gguf") == "completer"
 
 
-@pytest.mark.slow
-def test_the_confidence_gate_on_the_servers_log_probabilities(client, llama):
-    """min_confidence set: the client asks /v1/completions for each token's log-probability
-    (`logprobs`; llama-server streams them as a `content` list) and ends the completion before the
-    first less sure token, as the in-process engine does; unset: off and nothing asked."""
-    plain = client.complete(PREFIX, SUFFIX, doc_key="g.py", max_new=12)
-    assert plain.text and plain.confidence is None and plain.unsure_text == ""
-    client.reconfigure(min_confidence=1.0)  # no token is that sure: nothing is shown, nothing streamed
-    deltas: list[str] = []
-    none = client.complete(PREFIX, SUFFIX, doc_key="g.py", max_new=12, on_text=deltas.append)
-    assert (none.text, none.stop_reason, deltas) == ("", "unsure", []) and none.unsure_text
-    assert plain.text.startswith(none.unsure_text)
-    client.reconfigure(min_confidence=0.2)
-    some = client.complete(PREFIX, SUFFIX, doc_key="g.py", max_new=12, on_text=deltas.append)
-    assert plain.text.startswith(some.text) and "".join(deltas) == some.text
-    assert some.confidence is None if not some.text else some.confidence >= 0.2
-    if some.stop_reason == "unsure":  # a word the refused token continues is taken back whole
-        assert some.unsure_text and not (some.text[-1:].isalnum() and some.unsure_text[0].isalnum())
-    client.reconfigure(min_confidence=None)
-    assert client.complete(PREFIX, SUFFIX, doc_key="g.py", max_new=12).text == plain.text
-
 
 def test_log_probabilities_read_from_either_shape():
     """OpenAI's and vLLM's legacy `token_logprobs`, llama-server's `content` list, or none."""

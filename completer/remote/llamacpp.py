@@ -133,12 +133,7 @@ class LlamaCpp:
                                        stop_text, None if gate.on else on_text, cancel, t0, n)
         if last.get("stop"):  # the final event: the server's own stop reason and timings
             text += last.get("content") or ""
-        unsure = ""
-        if gate.unsure is not None:  # refused: keep whole words of the sure tokens
-            text = confidence.whole_words(text, gate.unsure)
-            why, unsure = why or StopReason.UNSURE, gate.unsure
-        if gate.on and on_text is not None and text:
-            on_text(text)
+        text, why, unsure, score = gate.finish(text, why, on_text)
         timings = last.get("timings") or {}
         cached, computed = int(timings.get("cache_n", 0)), int(timings.get("prompt_n", 0))
         new = int(last.get("tokens_predicted") or 0)
@@ -153,7 +148,7 @@ class LlamaCpp:
                           prompt_tokens=cached + computed if timings else int(last.get("tokens_evaluated") or 0),
                           prefill_tokens=computed,
                           stop_reason=why or STOP_TYPES.get(last.get("stop_type", ""), StopReason.NONE),
-                          confidence=confidence.score(gate.logprobs) if gate.on else None, unsure_text=unsure,
+                          confidence=score, unsure_text=unsure,
                           extra={"tokens_cached": cached, "id_slot": self.slots.get(doc_key),
                                  "server_ms": {k: timings[k] for k in ("prompt_ms", "predicted_ms") if k in timings}})
 

@@ -172,12 +172,7 @@ class OpenAI:
         text_of = _event_reader(usage, finish)
         # with the gate on, the text is given once it is judged: a word it takes back was never shown
         text, _, why, ttft = follow(events, text_of, stop_text, None if gate.on else on_text, cancel, t0, n)
-        unsure = ""
-        if gate.unsure is not None:  # refused: keep whole words of the sure tokens
-            text = confidence.whole_words(text, gate.unsure)
-            why, unsure = why or StopReason.UNSURE, gate.unsure
-        if gate.on and on_text is not None and text:
-            on_text(text)
+        text, why, unsure, score = gate.finish(text, why, on_text)
         total = (time.perf_counter() - t0) * 1e3
         new = int(usage.get("completion_tokens") or 0)
         prompt = int(usage.get("prompt_tokens") or 0)
@@ -189,7 +184,7 @@ class OpenAI:
                           ttft_ms=ttft if ttft is not None else total, total_ms=total, prompt_tokens=prompt,
                           prefill_tokens=prompt - cached,
                           stop_reason=why or FINISH_REASONS.get(finish.get("reason", ""), StopReason.NONE),
-                          confidence=confidence.score(gate.logprobs) if gate.on else None, unsure_text=unsure,
+                          confidence=score, unsure_text=unsure,
                           extra={"model": self.model, "fim_format": self.fmt, "tokens_cached": cached})
 
     def rewrite(self, request: EditPrompt, *, fmt: str = "auto", doc_key: str = "_default",
