@@ -122,6 +122,25 @@ def test_python_rename_follows_every_import_form(tmp_path):
     assert got["namesake.py"] == PY_PKG["namesake.py"] and "other.fetch('z')" in got["mod_alias.py"]
 
 
+def test_places_far_apart_in_a_long_file_are_all_found(tmp_path):
+    """A rename or a call rewrite queries only the lines that hold the name (follow.py,
+    _lines_holding), several spans in a long file: uses, a shadowing parameter and keyword
+    callers each thousands of bytes apart are found as in a short file."""
+    pad = "".join(f"VALUE_{i} = {i}  # padding that does not name it\n" for i in range(120))  # ~5 KB
+    files = {"core.py": ("def fetch(url, timeout=None):\n    return url\n\n\n" + pad +
+                         "def first():\n    return fetch('a', timeout=1)\n\n\n" + pad +
+                         "def shadow(fetch):\n    return fetch(2)\n\n\n" + pad +
+                         "def last():\n    return fetch('b')\n"),
+             "app.py": "from core import fetch\n\n" + pad + "fetch('x', timeout=2)\n"}
+    got = _follow_all(tmp_path, files, "core.py", "def fetch(url", "def get(url")
+    assert got["core.py"].count("get(") == 3 and "return get('a', timeout=1)" in got["core.py"]
+    assert "def shadow(fetch):\n    return fetch(2)" in got["core.py"] and "return get('b')" in got["core.py"]
+    assert got["app.py"].startswith("from core import get\n") and got["app.py"].endswith("get('x', timeout=2)\n")
+    got = _follow_all(tmp_path / "sig", files, "core.py", "def fetch(url, timeout=None):", "def fetch(url):")
+    assert "return fetch('a')\n" in got["core.py"] and got["app.py"].endswith("fetch('x')\n")
+    assert "def shadow(fetch):\n    return fetch(2)" in got["core.py"]
+
+
 def test_python_class_and_variable_renames(tmp_path):
     files = {"shapes.py": "class Shape:\n    pass\n\n\nLIMIT = 3\n\n\ndef make():\n    return Shape()\n",
              "use.py": "from shapes import Shape, LIMIT\n\n\nclass Square(Shape):\n    n = LIMIT\n"}
