@@ -468,7 +468,7 @@ class Follower:
         last = last_rename(history, path) if history else None
         if got is None and last is not None and (ch.kind != "rename" or last != (ch.old, ch.new)):
             return None  # a rename of something else: the region's own rename (rename.py) answers it
-        here = self._places(ch, path, text)
+        here = self._places(ch, path, text, tree)
         lo, hi = region
         inside = [p for p in here if lo <= p.line < hi and p.edits]
         order = [p for p in here if p.line >= hi or (p.line >= lo and not p.edits)] + [p for p in here if p.line < lo]
@@ -488,15 +488,15 @@ class Follower:
         return Answer([e for p in inside for e in p.edits], todo[0] if todo else None, ch.kind,
                       len(inside) + len(todo), (time.perf_counter() - t0) * 1e3, inside + todo, todo)
 
-    def _places(self, ch: Change, path: str, text: str) -> list[Place]:
+    def _places(self, ch: Change, path: str, text: str, tree=None) -> list[Place]:
         """places(), remembered per file text while the change is followed: each request reads
         every file the change reaches, and most have not changed since the last one (a parse
-        each: ~5 ms for 30 KB)."""
+        each: ~5 ms for 30 KB). `tree`: the caller's parse of `text`, if it has one."""
         done = frozenset(self.done.get(path, ()))
         key = (ch, path, digest(text), done)
         got = self._memo.get(key)
         if got is None:
-            got = self._memo[key] = places(ch, path, text, done)
+            got = self._memo[key] = places(ch, path, text, done, tree)
             while len(self._memo) > MEMO:
                 self._memo.pop(next(iter(self._memo)))
         return got
@@ -517,9 +517,10 @@ def _files(ch: Change, path: str) -> list[str]:
     return out + sorted({u.path for u in ch.uses} - {path, ch.origin})
 
 
-def places(ch: Change, path: str, text: str, done: set[str] = frozenset()) -> list[Place]:
-    """The places of `path` (its `text`) the change still needs, in file order."""
-    snap = parse_snapshot(text, language_for(None, path) or ch.language)
+def places(ch: Change, path: str, text: str, done: set[str] = frozenset(), tree=None) -> list[Place]:
+    """The places of `path` (its `text`, parsed as `tree` when the caller has it) the change
+    still needs, in file order."""
+    snap = _parsed(text, language_for(None, path) or ch.language, tree)
     if snap.tree is None:
         return []
     uses = [u for u in ch.uses if u.path == path]
