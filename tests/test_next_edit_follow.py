@@ -417,6 +417,19 @@ def test_no_import_where_none_is_needed_or_it_is_ambiguous(tmp_path, before, old
     assert got is None
 
 
+def test_a_name_two_packages_define_is_imported_from_the_files_own_package(tmp_path):
+    """`helper` defined in pkg/other.py and in another package: a file of pkg gets pkg's (in its
+    import style); a file of neither package gets nothing (no guess)."""
+    files = {**IMPORT_PKG, "lib2/__init__.py": "", "lib2/util.py": "def helper():\n    pass\n",
+             "pkg/use.py": "from .a import x\n\nx = 1\n", "app.py": "x = 1\n"}
+    text, got = _import_answer(tmp_path, files, "pkg/use.py", "x = 1", "x = helper()")
+    assert got is not None and got.source == "import"
+    edits = got.edits + [e for p in ([got.jump] if got.jump else []) for e in p.edits]
+    assert apply_edits(text, edits) == "from .a import x\nfrom .other import helper\n\nx = helper()\n"
+    _, got = _import_answer(tmp_path / "top", files, "app.py", "x = 1", "x = helper()")
+    assert got is None
+
+
 def test_a_method_rename_follows_its_class_into_importers_and_subclasses(tmp_path):
     files = {"shapes.py": ("class Box:\n    def size(self):\n        return 1\n\n    def twice(self):\n"
                            "        return self.size() * 2\n\n\nclass Other:\n    def size(self):\n        return 2\n\n"

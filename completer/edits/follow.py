@@ -194,7 +194,20 @@ def _needs_import(text: str, path: str, cursor: int, last: HistoryItem, provider
             best = max(styled, key=lambda fm: (sources[_import_source(snap, path, *fm)], fm == defining)) \
                 if styled else defining
             return Change("import", "python", path, "import", name, _import_source(snap, path, *best))
+        own = [(f, m) for f, m in found if not f.endswith("__init__.py") and path.startswith(_package_dir(f, m) + "/")]
+        if len(own) == 1:  # defined in several packages, once in the file's own: that one
+            return Change("import", "python", path, "import", name, _import_source(snap, path, *own[0]))
     return None
+
+
+def _package_dir(path: str, module: str) -> str:
+    """The directory of the top package of `module` (dotted), the file at `path`: `src/pkg` for
+    `src/pkg/sub/m.py` as `pkg.sub.m` ("" where the module's name is not the file's path)."""
+    parts = path.rsplit(".", 1)[0].split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    k = len(module.split("."))
+    return "/".join(parts[:len(parts) - k + 1]) if module and parts[len(parts) - k:] == module.split(".") else ""
 
 
 def _binding(n: Node) -> bool:
