@@ -430,6 +430,19 @@ def test_a_name_two_packages_define_is_imported_from_the_files_own_package(tmp_p
     assert got is None
 
 
+@pytest.mark.parametrize("path,before,after", [
+    ("pkg/use.py", "from .a import x\n\nx = 1\n", "from . import other\nfrom .a import x\n\nx = other.helper()\n"),
+    ("app.py", "x = 1\n", "from pkg import other\n\nx = other.helper()\n"),
+])
+def test_a_module_used_by_its_name_is_imported_from_its_package(tmp_path, path, before, after):
+    """No definition of that name, but a submodule of a workspace package: `from pkg import m`
+    (relative in a file of the package that imports relatively)."""
+    text, got = _import_answer(tmp_path, {**IMPORT_PKG, path: before}, path, "x = 1", "x = other.helper()")
+    assert got is not None and got.source == "import"
+    edits = got.edits + [e for p in ([got.jump] if got.jump else []) for e in p.edits]
+    assert apply_edits(text, edits) == after
+
+
 def test_a_method_rename_follows_its_class_into_importers_and_subclasses(tmp_path):
     files = {"shapes.py": ("class Box:\n    def size(self):\n        return 1\n\n    def twice(self):\n"
                            "        return self.size() * 2\n\n\nclass Other:\n    def size(self):\n        return 2\n\n"

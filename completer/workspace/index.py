@@ -188,12 +188,28 @@ class WorkspaceIndex:
             return []
         with self._lock:
             found = providers(self._outlines, rel, name, lang)
+            if lang == "python" and not found:  # no definition: a submodule of that name (`from pkg import name`)
+                found = self._packages_holding(rel, name)
             if lang == "python" and len(found) == 1:  # and the packages re-exporting it (`from pkg import name`)
                 resolver = Resolver(self._outlines, self._dirs, self._py, self.root, self.go_module)
                 found += [(u.path, python_import_name(self._outlines, u.path))
                           for u in importers(resolver, self._outlines, found[0][0], name)
                           if u.path.endswith("__init__.py") and u.how == "name" and u.alias == name and u.path != rel]
             return found
+
+    def _packages_holding(self, rel: str, name: str) -> list[tuple[str, str]]:
+        """The packages with a submodule `name` (`pkg/name.py`, `pkg/name/__init__.py`) other than
+        `rel` itself, as (the package's `__init__.py`, its import name): what `from pkg import
+        name` needs. Under the lock."""
+        out = set()
+        for f in self._py.get(name, ()):
+            d = posixpath.dirname(f)
+            if f.endswith(("/__init__.py", "/__init__.pyi")):
+                d = posixpath.dirname(d)
+            init = d + "/__init__.py" if d else ""
+            if f != rel and init in self._outlines:
+                out.add((init, python_import_name(self._outlines, init)))
+        return sorted(out)
 
     def _count(self, text: str) -> int:
         """Token counts memoised: the same signatures and windows come back keystroke after keystroke."""
