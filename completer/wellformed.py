@@ -17,6 +17,6 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 def well_formed(text: str) -> str:
     """`text` with every lone surrogate replaced by U+FFFD (the same object when it has none)."""
-    if _SURROGATE.search(text) is None:
+    if text.isascii() or _SURROGATE.search(text) is None:  # isascii: one C pass, most code
         return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")

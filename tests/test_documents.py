@@ -69,6 +69,19 @@ def test_one_offset_to_line_rule(text):
         assert line_of(text, len(text), s) == len(line_starts(text)) - 1 - i
 
 
+def test_line_starts_split_on_every_line_break_with_and_without_a_cr():
+    """line_starts' two ways (the lengths of the \\n-split parts where the text has no \\r, the
+    regex otherwise) give every offset just after a \\r\\n, a lone \\r or a \\n."""
+    import random
+
+    rng = random.Random(0)
+    for _ in range(2000):
+        text = "".join(rng.choice(["a", "\n", "\r", "\r\n", "é", "😀", "\n\n", "x\ny"])
+                       for _ in range(rng.randrange(0, 20)))
+        want = [0] + [i + 1 for i, c in enumerate(text) if c == "\n" or (c == "\r" and text[i + 1:i + 2] != "\n")]
+        assert line_starts(text) == want, repr(text)
+
+
 @pytest.mark.parametrize("lang_id,path,want", [
     ("python", None, "python"), ("typescriptreact", None, "tsx"), ("plaintext", "a.rs", "rust"),
     (None, "file:///x/y.go", "go"), ("cobol", "a.cbl", None), (None, None, None)])
