@@ -70,8 +70,7 @@ def test_one_offset_to_line_rule(text):
 
 
 def test_line_starts_split_on_every_line_break_with_and_without_a_cr():
-    """line_starts' two ways (the lengths of the \\n-split parts where the text has no \\r, the
-    regex otherwise) give every offset just after a \\r\\n, a lone \\r or a \\n."""
+    """line_starts gives every offset just after a \\r\\n, a lone \\r or a \\n."""
     import random
 
     rng = random.Random(0)
