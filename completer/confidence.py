@@ -83,7 +83,7 @@ class StreamGate:
             if close is not None:
                 close()
 
-    def finish(self, text: str, why, on_text) -> tuple[str, object, str, float | None]:
+    def finish(self, text: str, why: StopReason | None, on_text) -> tuple[str, StopReason | None, str, float | None]:
         """After the stream: the text to show (refused: the whole words of the sure tokens), the
         stop reason (`why`, else UNSURE when a token was refused), the refused token ("" if
         none) and the confidence score (None with the gate off). With the gate on, the text was

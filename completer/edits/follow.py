@@ -665,8 +665,8 @@ def _shadowing(snap: Snapshot, mine: list, sources: set[str] = frozenset(),
     """Functions that bind the name themselves (a parameter, an assignment, an import of it from
     a module other than `sources`): their uses are not it. `spans`: byte ranges holding every
     node of `mine` (where parameters are looked for; the whole file when None)."""
-    params = {(n.start_byte, n.end_byte) for n in _captures_in(snap, "defines", spans or [(0, len(snap.source))])
-              .get("def.parameter", ())}
+    where = [(0, len(snap.source))] if spans is None else spans  # [] (no occurrence): nothing to query
+    params = {(n.start_byte, n.end_byte) for n in _captures_in(snap, "defines", where).get("def.parameter", ())}
     out = []
     for k, r, n in mine:
         if r != "name":
