@@ -584,11 +584,14 @@ class Service:
         if req.cancel.is_set():
             return None
         opts, index = self.options, self.index
-        return self.follower.answer(
-            snap.text, self._edit_path(uri), line, col, history, language=snap.language, read=read,
-            importers=index.importers if index is not None else None,
-            providers=index.providers if index is not None else None, above=opts.next_edit_lines_above,
-            below=opts.next_edit_lines_below, max_lines=opts.next_edit_max_lines, tree=snap.tree)
+        hold = getattr(self.engine, "hold_warmup", None)  # the local engine's warmups wait meanwhile
+        with hold() if hold is not None else contextlib.nullcontext():
+            return self.follower.answer(
+                snap.text, self._edit_path(uri), line, col, history, language=snap.language, read=read,
+                importers=index.importers if index is not None else None,
+                providers=index.providers if index is not None else None,
+                statements=index.statements if index is not None else None, above=opts.next_edit_lines_above,
+                below=opts.next_edit_lines_below, max_lines=opts.next_edit_max_lines, tree=snap.tree)
 
     def _reader(self):
         """path (as _edit_path names it) → the text now: an open document's (read on the loop's

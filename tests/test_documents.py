@@ -14,6 +14,7 @@ from completer.documents import (
     PositionError,
     language_for,
     line_starts,
+    parse_ranges,
     parse_snapshot,
     parser_count,
     snapshot_around,
@@ -171,3 +172,83 @@ def test_one_binary_rule_for_bytes_and_text():
 
     for data in ("abc\x00def", "x" * 8000 + "\x00", "plain", "x" * 9000 + "\x00"):
         assert is_binary(data) == is_binary(data.encode()) == ("\x00" in data[:8192])
+
+
+TRICKY = {
+    "python": ('''import os
+
+HELP = """
+def not_code(x):
+    return x
+"""
+
+
+@decorator(
+    arg=1,
+)
+def f(a, b):  # a comment
+    s = """
+class NotAClass:
+x = f(1)
+"""
+    return g(a) + len(s)
+# a comment at column 0 between statements
+class C(Base):
+    def m(self):
+        return f(1, 2)
+
+    x = [
+1, 2]
+x = f(3, 4); y = f(5, 6)
+'''),
+    "javascript": "import { f } from './m';\nconst s = `\nfunction notCode() {}\n${f(1)}`;\nexport function g(a) {\n  return f(a);\n}\nclass C {\n  m() { return f(2); }\n}\nf(3); f(4);\n",
+    "go": "package p\n\nimport \"x/m\"\n\nvar s = `\nfunc notCode() {}\n`\n\nfunc g(a int) int {\n\treturn m.F(a)\n}\n\ntype T struct{ A int }\n",
+    "rust": "use crate::m::f;\n\nconst S: &str = r#\"\nfn not_code() {}\n\"#;\n\nfn g(a: i32) -> i32 {\n    f(a)\n}\n\nimpl T {\n    fn m(&self) -> i32 { f(2) }\n}\n",
+}
+
+
+def _nodes(n, keep):
+    """Every node under `n` within the byte ranges `keep`, as (type, start, end)."""
+    out = []
+    for c in n.children:
+        if any(a <= c.start_byte and c.end_byte <= b for a, b in keep):
+            out.append((c.type, c.start_byte, c.end_byte, c.start_point, c.end_point))
+            out += _nodes(c, [(c.start_byte, c.end_byte)])
+        elif any(c.start_byte < b and a < c.end_byte for a, b in keep):
+            out += _nodes(c, keep)
+    return out
+
+
+@pytest.mark.parametrize("language", sorted(TRICKY))
+def test_parsing_only_the_statements_that_hold_some_spans_gives_the_whole_parse_there(language):
+    """documents.parse_ranges: the top-level statements holding the spans (strings with lines at
+    column 0 inside them, decorators, comments between) are parsed as in the whole file, node for
+    node at the same offsets, and the rest is skipped."""
+    from completer.workspace.outline import outline
+
+    sources = [TRICKY[language].encode()]
+    if language == "python":  # and this project's own larger files
+        from pathlib import Path
+        root = Path(__file__).resolve().parents[1]
+        sources += [(root / p).read_bytes() for p in ("completer/documents.py", "completer/edits/follow.py",
+                                                       "lsp/service.py")]
+    rng = random.Random(0)
+    for src in sources:
+        whole = parse_snapshot(src.decode(), language)
+        starts = outline("f", whole).starts
+        assert len(starts) > 3
+        for _ in range(12):
+            spans = []
+            for _ in range(rng.randint(1, 3)):
+                a = rng.randrange(len(src))
+                spans.append((a, min(len(src), a + rng.randint(1, 200))))
+            spans.sort()
+            tree = parse_ranges(src, language, starts, spans)
+            keep = [(starts[i], starts[i + 1] if i + 1 < len(starts) else len(src)) for i in range(len(starts))
+                    if any(a < (starts[i + 1] if i + 1 < len(starts) else len(src)) and starts[i] < b
+                           for a, b in spans)]
+            part, full = _nodes(tree.root_node, keep), _nodes(whole.tree.root_node, keep)
+            assert part == full and part
+            assert not tree.root_node.children or tree.root_node.children[0].start_byte >= keep[0][0]
+        # and the parser is left parsing whole files
+        assert parse_snapshot(src.decode(), language).tree.root_node.end_byte == whole.tree.root_node.end_byte

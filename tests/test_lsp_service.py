@@ -266,6 +266,25 @@ async def test_a_completion_during_a_warmup_does_not_wait_for_it(tiny_pair):
     assert stats["engine_stats"]["warmup_preempted"] == 1  # it gave way once, between two chunks
 
 
+async def test_the_next_edit_follower_holds_the_engines_warmups_while_it_runs(tiny_pair):
+    """The follower (renames and signatures carried past the region) is interactive work that
+    does not go through the engine: while it runs, warmups wait (a warmup's prefill beside it on
+    the two cores of a laptop-class machine slowed its answers several fold); after, they go on."""
+    service = Service(parse_options(tiny_options(tiny_pair))[0])
+    assert await service.load() == "ready"
+    seen: list[bool] = []
+    real = service.follower.answer
+
+    def answer(*a, **kw):
+        seen.append(service.engine.sched.should_yield())
+        return real(*a, **kw)
+
+    service.follower.answer = answer
+    service.open(URI, SOURCE, "python", 1)
+    await service.next_edit(URI, 0, 0)
+    assert seen == [True] and not service.engine.sched.should_yield()
+
+
 @pytest.mark.slow
 @pytest.mark.asyncio
 async def test_the_request_after_a_warmup_finds_its_prompt_cached(client: LanguageClient, tiny_pair):

@@ -49,8 +49,16 @@ def _change(files: dict[str, str], path: str, old: str, new: str) -> tuple[str, 
 def _follow_all(root: Path, files: dict[str, str], path: str, old: str, new: str,
                 language: str | None = None) -> dict[str, str]:
     """Every file after the user's change and every place offered applied, one at a time as an
-    editor does: the region's edits, then the jump, then the next answer at the jump's place."""
+    editor does: the region's edits, then the jump, then the next answer at the jump's place.
+    As the language server asks (only the importers' statements that hold the names are parsed,
+    from the index's statement starts), and the same with whole parses."""
     index = _workspace(root, files)
+    got = _follow_chain(index, files, path, old, new, language, index.statements)
+    assert got == _follow_chain(index, files, path, old, new, language, None)
+    return got
+
+
+def _follow_chain(index, files, path, old, new, language, statements) -> dict[str, str]:
     text, history, line, col = _change(files, path, old, new)
     now = dict(files)
     now[path] = text
@@ -58,7 +66,7 @@ def _follow_all(root: Path, files: dict[str, str], path: str, old: str, new: str
     where, at = path, (line, col)
     for _ in range(200):
         got = follower.answer(now[where], where, *at, history, language=language, read=now.get,
-                              importers=index.importers, below=2)
+                              importers=index.importers, statements=statements, below=2)
         if got is None:
             break
         now[where] = apply_edits(now[where], got.edits)
@@ -281,6 +289,60 @@ def test_the_chain_one_place_at_a_time_and_a_jump_into_a_closed_file(tmp_path):
                             read=lambda p: text if p == "core.py" else disk(p), importers=index.importers, below=5)
     assert apply_edits(disk("app.py"), third.edits) == "# app\n# moved\nfrom core import load\n\nload()\n"
     assert third.jump is None
+
+
+def test_importers_are_parsed_only_where_they_hold_the_name_while_their_text_is_the_indexed_one(tmp_path, monkeypatch):
+    """An importer whose text is the one the index read is parsed only in the top-level statements
+    that hold the name (documents.parse_ranges): a string with code-like lines at column 0 and a
+    class between them change nothing. Once the file changed since it was indexed, it is parsed
+    whole (the index's statement starts are for the old text) and the places are still right."""
+    from completer.edits import follow
+
+    helper = ('"""Docs.\n"""\nfrom core import fetch\n\nUSAGE = """\nfetch = 1\ndef fetch():\n"""\n\n\n'
+              "class Client:\n    def get(self):\n        return fetch(1)\n\n\n"
+              + "".join(f"def unrelated_{i}(x):\n    return x * {i}\n\n\n" for i in range(40))
+              + "def last():\n    return fetch(2)\n")
+    files = {"core.py": "def fetch(x):\n    return x\n", "helper.py": helper}
+    index = _workspace(tmp_path, files)
+    text, history, line, col = _change(files, "core.py", "def fetch(", "def load(")
+    parsed: list[int] = []
+    real = follow.parse_ranges
+    monkeypatch.setattr(follow, "parse_ranges", lambda src, *a: parsed.append(len(src)) or real(src, *a))
+    want = helper.replace("import fetch", "import load").replace("fetch(1)", "load(1)").replace("fetch(2)", "load(2)")
+
+    def everything(disk: dict[str, str]) -> str:
+        got = Follower().answer(text, "core.py", line, col, history, language=None,
+                                read=lambda p: text if p == "core.py" else disk[p], importers=index.importers,
+                                statements=index.statements, below=2)
+        return apply_edits(disk["helper.py"], [e for p in got.all if p.path == "helper.py" for e in p.edits])
+
+    assert everything(files) == want and parsed == [len(helper)]
+    parsed.clear()
+    moved = {**files, "helper.py": "# a line the index has not seen\n" + helper}  # unsaved, or not re-indexed yet
+    assert index.statements("helper.py", moved["helper.py"]) is None
+    assert everything(moved) == "# a line the index has not seen\n" + want and parsed == []
+
+
+def test_a_renames_importers_are_resolved_without_parsing_the_text_before_it_again(tmp_path, monkeypatch):
+    """The definition's file before the rename is what its importers are resolved against: the
+    index holds its outline (indexed from it, or replaced by the re-index of the renamed text),
+    so the request parses nothing for it."""
+    import completer.workspace.index as index_module
+
+    files = {"core.py": "def fetch(x):\n    return x\n", "app.py": "from core import fetch\n\nfetch(1)\n"}
+    index = _workspace(tmp_path, files)
+    text = _change(files, "core.py", "def fetch(", "def load(")[0]
+    outlined: list[str] = []
+    real = index_module.outline
+    monkeypatch.setattr(index_module, "outline", lambda rel, snap: outlined.append(rel) or real(rel, snap))
+    index.update("core.py", files["core.py"])  # didOpen: the text indexed from disk
+    assert [u.path for u in index.importers("core.py", "fetch", files["core.py"])] == ["app.py"] and outlined == []
+    index.update("core.py", text)  # didChange: re-indexed; the outline before it is kept
+    assert outlined == ["core.py"]
+    assert [u.path for u in index.importers("core.py", "fetch", files["core.py"])] == ["app.py"]
+    assert outlined == ["core.py"]
+    assert index.importers("core.py", "fetch", "def fetch(y):\n    pass\n")  # another text: parsed
+    assert outlined == ["core.py", "core.py"]
 
 
 def test_a_place_the_user_changed_is_not_offered(tmp_path):

@@ -112,6 +112,42 @@ def test_warmup_yields_to_interactive_requests(tok):
     assert e.sched.depth() == (0, 0)
 
 
+def test_a_hold_keeps_warmups_waiting_and_pauses_a_running_one(tok):
+    """Interactive work outside the engine (the language server's next-edit follower) holds it:
+    a warmup that arrives waits, and a running one stops at its next chunk until the hold ends."""
+    e = engine(random_pair(tok), warmup_chunk=16)
+    log: list[str] = []
+    real = e.sched.batcher.forward
+    hold = e.hold_warmup()
+    held = threading.Event()
+
+    def spy(runner, ids):
+        log.append("chunk")
+        if not held.is_set():  # during the first chunk, the follower starts
+            hold.__enter__()
+            held.set()
+        return real(runner, ids)
+
+    e.sched.batcher.forward = spy
+    th, box = in_thread(e.prefill, PROMPT * 2, doc_key="w")
+    wait_until(lambda: e.counters["warmup_preempted"] >= 1, "the warmup pauses at its next chunk")
+    wait_until(lambda: e.sched.depth() == (1, 0), "the warmup waits, not live")
+    chunks = len(log)
+    with e.hold_warmup():  # nested: one release is not enough
+        hold.__exit__(None, None, None)
+        assert e.sched.depth() == (1, 0)
+    th.join()
+    assert box["out"] == len(PROMPT) * 2 and len(log) > chunks
+    assert e.sched.depth() == (0, 0)
+
+    with e.hold_warmup():  # a warmup that arrives during a hold waits for its end
+        th, box = in_thread(e.prefill, PROMPT * 3, doc_key="v")
+        wait_until(lambda: e.sched.waiting_for("v") == 1, "the warmup waits")
+        assert "out" not in box
+    th.join()
+    assert box["out"] > 0
+
+
 def test_a_request_for_the_warming_document_takes_over_after_one_chunk(tok):
     """A warmup holds the document's caches when a request for that document arrives on another
     thread: the warmup stops after the chunk it is computing, and the request reuses it."""

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
-from ..documents import Snapshot, language_for, line_starts, parse_snapshot
+from ..documents import Snapshot, encode, language_for, line_starts, parse_ranges, parse_snapshot
 from ..syntax.lang import captures, query
 from .diff import TextEdit, apply_edits
 from .formats import HistoryItem
@@ -56,6 +56,7 @@ from .repeat import sites as repeat_sites
 Read = Callable[[str], "str | None"]  # a workspace path → its text now (the editor's, else the disk's)
 Importers = Callable[[str, str, str], list]  # (path, name, text before) → completer.workspace.refs.Use list
 Providers = Callable[[str, str], list]  # (path, name) → [(file, module)] defining the name (the index's)
+Statements = Callable[[str, str], "Sequence[int] | None"]  # (path, text) → its top-level statements' starts (the index's)
 NEAR_BYTES = 200  # without the edit's lines in the text: the renamed definition is this close to the cursor
 MAX_EDITS = 16   # history items searched for the renamed definition
 MAX_FILES = 200
@@ -455,8 +456,8 @@ class Follower:
 
     def answer(self, text: str, path: str, line: int, col: int, history: Sequence[HistoryItem], *,
                language: str | None, read: Read, importers: Importers | None = None,
-               providers: Providers | None = None, above: int = 3, below: int = 20, max_lines: int = 40,
-               tree=None) -> Answer | None:
+               providers: Providers | None = None, statements: Statements | None = None, above: int = 3,
+               below: int = 20, max_lines: int = 40, tree=None) -> Answer | None:
         """The edits inside the editable region around (line, col) of `text`, the file at `path`
         (region.py, with `above`, `below`, `max_lines`) and the jump to the next place outside
         it, for the change the last edit made at a definition or the one being followed; None
@@ -489,7 +490,7 @@ class Follower:
         for other in _files(ch, path):
             t = read(other)
             if t is not None:
-                rest += self._places(ch, other, t)
+                rest += self._places(ch, other, t, starts=statements(other, t) if statements else None)
         todo = order + rest
         if not inside and not todo:
             with self._lock:
@@ -501,7 +502,7 @@ class Follower:
         return Answer([e for p in inside for e in p.edits], todo[0] if todo else None, ch.kind,
                       len(inside) + len(todo), (time.perf_counter() - t0) * 1e3, inside + todo, todo)
 
-    def _places(self, ch: Change, path: str, text: str, tree=None) -> list[Place]:
+    def _places(self, ch: Change, path: str, text: str, tree=None, starts: Sequence[int] | None = None) -> list[Place]:
         """places(), remembered per file text while the change is followed: each request reads
         every file the change reaches, and most have not changed since the last one (a parse
         each: ~5 ms for 30 KB). `tree`: the caller's parse of `text`, if it has one."""
@@ -509,7 +510,7 @@ class Follower:
         key = (ch, path, digest(text), done)
         got = self._memo.get(key)
         if got is None:
-            got = self._memo[key] = places(ch, path, text, done, tree)
+            got = self._memo[key] = places(ch, path, text, done, tree, starts)
             while len(self._memo) > MEMO:
                 self._memo.pop(next(iter(self._memo)))
         return got
@@ -530,14 +531,25 @@ def _files(ch: Change, path: str) -> list[str]:
     return out + sorted({u.path for u in ch.uses} - {path, ch.origin})
 
 
-def places(ch: Change, path: str, text: str, done: set[str] = frozenset(), tree=None) -> list[Place]:
+def places(ch: Change, path: str, text: str, done: set[str] = frozenset(), tree=None,
+           starts: Sequence[int] | None = None) -> list[Place]:
     """The places of `path` (its `text`, parsed as `tree` when the caller has it) the change
-    still needs, in file order."""
-    snap = _parsed(text, language_for(None, path) or ch.language, tree)
-    if snap.tree is None:
-        return []
+    still needs, in file order. `starts`: where `text`'s top-level statements start (an importer
+    indexed as it is: only the statements holding its names are parsed)."""
     uses = [u for u in ch.uses if u.path == path]
     if path != ch.origin and not uses:
+        return []
+    lang = language_for(None, path) or ch.language
+    if tree is None and starts and path != ch.origin and ch.kind in ("rename", "signature"):
+        src = encode(text)
+        # every name a place holds: the definition's, and each local name it is imported as
+        spans = _lines_holding(src, {ch.old.encode()} | {u.alias.encode() for u in uses if u.alias})
+        if not spans:
+            return []
+        snap = Snapshot(text, lang, parse_ranges(src, lang, starts, spans))
+    else:
+        snap = _parsed(text, lang, tree)
+    if snap.tree is None:
         return []
     if ch.kind == "import":
         return _import_places(ch, snap, text) if path == ch.origin else []

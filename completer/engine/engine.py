@@ -648,6 +648,11 @@ class Engine:
             return 0
         return self.prefill(self.fim_prompt(prefix, suffix, None, extra), doc_key=doc_key)
 
+    def hold_warmup(self):
+        """A context in which warmups wait (a running one pauses at its next chunk): interactive
+        work outside the engine is using the CPU (Scheduler.hold)."""
+        return self.sched.hold()
+
     def prefill(self, prompt: list[int], *, doc_key: str = "_default") -> int:
         """`warmup` for raw token ids."""
         prompt = prompt[: self.ctx - 1]

@@ -6,6 +6,8 @@ Rules (the engine's callers run in their own threads and block in `acquire`):
   current decode step because its cancel check reads `superseded`);
 - interactive work goes before warmup; warmup runs only while no interactive work is live or
   waiting, and yields between prefill chunks when some arrives (`should_yield` / `pause`);
+  interactive work outside the engine counts too while it `hold`s the scheduler (the language
+  server's next-edit follower: a warmup's prefill on both cores tripled its p90);
 - at most `max_batch` live interactive tickets: they step together through the `StepBatcher`,
   sharing a step budget of `step_tokens` verify tokens (each one's draft length is capped);
 - memory: a ticket is admitted only when `admit` can give its document a KV cache within the
@@ -18,7 +20,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..client import EngineError
@@ -59,13 +62,15 @@ class Scheduler:
         self.live: dict[str, Ticket] = {}
         self.batcher = StepBatcher(cfg.max_batch, cfg.batch_wait_ms / 1e3, cfg.step_tokens)
         self._seq = 0
+        self._holds = 0  # interactive work outside the engine, running now (see hold)
 
     # -- state (call with self.cond held) ----------------------------------------------------------
     def _n_live(self, priority: int) -> int:
         return sum(t.priority == priority for t in self.live.values())
 
     def _interactive_pending(self) -> bool:
-        return any(t.priority == INTERACTIVE for t in self.waiting) or self._n_live(INTERACTIVE) > 0
+        return self._holds > 0 or any(t.priority == INTERACTIVE for t in self.waiting) \
+            or self._n_live(INTERACTIVE) > 0
 
     def _pump(self) -> None:
         """Admit waiting tickets in (priority, arrival) order while the rules allow."""
@@ -146,6 +151,19 @@ class Scheduler:
         """Resources were freed outside the scheduler: admit what now fits."""
         with self.cond:
             self._pump()
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        """Interactive work that does not go through the engine runs meanwhile: warmups wait, and
+        a running one pauses at its next chunk, until every hold is released (nestable, any thread)."""
+        with self.cond:
+            self._holds += 1
+        try:
+            yield
+        finally:
+            with self.cond:
+                self._holds -= 1
+                self._pump()
 
     def should_yield(self) -> bool:
         """For warmup between chunks: is interactive work waiting or running?"""

@@ -23,7 +23,7 @@ import posixpath
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tree_sitter import Tree
@@ -70,6 +70,9 @@ class WorkspaceIndex:
         self._names: dict[str, set[str]] = {}     # a definition's name → files defining it
         self._lru: OrderedDict[str, None] = OrderedDict()  # eviction order, least recent first
         self._live: set[str] = set()              # paths whose text is the editor's, not the disk's
+        # an open document's outline before its latest re-index (at most RECENT_FILES): a rename's
+        # importers are resolved against the text before it (importers), with no parse then
+        self._before: OrderedDict[str, Outline] = OrderedDict()
         # recently edited and viewed files, most recent last: path → (text, its lines and windows once
         # a retrieval needed them; not at each keystroke)
         self._recent: OrderedDict[str, tuple[str, tuple[list[str], Windows] | None]] = OrderedDict()
@@ -136,6 +139,7 @@ class WorkspaceIndex:
         if rel is not None:
             with self._lock:
                 self._live.discard(rel)
+                self._before.pop(rel, None)
             self.update(rel)
 
     def remove(self, path: str | Path) -> None:
@@ -147,6 +151,7 @@ class WorkspaceIndex:
             self._pending.pop(rel, None)
             self._live.discard(rel)
             self._recent.pop(rel, None)
+            self._before.pop(rel, None)
             self._drop(rel)
 
     def retrieve(self, doc_path: str | Path, text: str, cursor: int, budget: int) -> list[Snippet]:
@@ -168,15 +173,29 @@ class WorkspaceIndex:
     def importers(self, path: str | Path, name: str, text: str | None = None) -> list[Use]:
         """The files that use `path`'s top-level definition `name` (refs.importers), resolved
         against `text` for `path` when given (the file before a rename: importers still name
-        the old name) instead of what is indexed."""
+        the old name) instead of what is indexed: the outline indexed from that very text (the
+        current one, or for an open document the one its latest re-index replaced), else a parse."""
         rel = self.rel(path)
         if rel is None:
             return []
-        mine = outline(rel, _parse(text, language_for(None, rel))) if text is not None else None
+        mine = None
+        if text is not None:
+            stamp = hash(text)
+            with self._lock:
+                known = [o for o in (self._outlines.get(rel), self._before.get(rel)) if o is not None and o.stamp == stamp]
+            mine = known[0] if known else outline(rel, _parse(text, language_for(None, rel)))
         with self._lock:
-            outlines = self._outlines if mine is None else {**self._outlines, rel: mine}
+            outlines = self._outlines if mine is None or self._outlines.get(rel) is mine else {**self._outlines, rel: mine}
             resolver = Resolver(outlines, self._dirs, self._py, self.root, self.go_module)
             return importers(resolver, outlines, rel, name)
+
+    def statements(self, path: str | Path, text: str) -> Sequence[int] | None:
+        """Where `path`'s top-level statements that begin a line start (byte offsets), when
+        `text` is the text indexed for it; else None (documents.parse_ranges)."""
+        rel = self.rel(path)
+        with self._lock:
+            o = self._outlines.get(rel) if rel is not None else None
+            return o.starts if o is not None and o.stamp == hash(text) and o.starts else None
 
     def providers(self, path: str | Path, name: str) -> list[tuple[str, str]]:
         """The files other than `path` that define `name` at top level, with the module name an
@@ -343,8 +362,14 @@ class WorkspaceIndex:
         with self._lock:
             if self._closed:
                 return True
+            before = self._outlines.get(rel)
             self._drop(rel)
             self._put(o)
+            if before is not None and rel in self._live:
+                self._before[rel] = before
+                self._before.move_to_end(rel)
+                while len(self._before) > RECENT_FILES:
+                    self._before.popitem(last=False)
             if walking and self.used > self.memory_bound:
                 self._drop(rel)
                 self.full = self._walk_full = True

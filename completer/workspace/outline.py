@@ -5,6 +5,7 @@ what the index holds per file is a few hundred bytes per definition."""
 from __future__ import annotations
 
 import re
+from array import array
 from dataclasses import dataclass, field
 
 from tree_sitter import Node, QueryCursor
@@ -48,12 +49,15 @@ class Outline:
     package: str = ""   # Go: the package clause
     stamp: int = 0      # hash of the text it was read from (an unchanged update is a no-op)
     top: dict[str, tuple[int, ...]] = field(default_factory=dict, compare=False)  # name → top-level indices
+    # byte offsets where the top-level statements that begin a line start (documents.parse_ranges)
+    starts: array = field(default_factory=lambda: array("I"), compare=False)
 
     @property
     def cost(self) -> int:
         """Estimated bytes held (CPython object overheads included), for the index's memory bound."""
         d = sum(len(x.signature) + len(x.doc) + len(x.name) + 240 for x in self.definitions)
-        return 600 + len(self.path) + d + sum(len(i.source) + len(i.name) + len(i.alias) + 160 for i in self.imports)
+        return 600 + len(self.path) + d + sum(len(i.source) + len(i.name) + len(i.alias) + 160 for i in self.imports) \
+            + 4 * len(self.starts)
 
     def members(self, i: int) -> list[int]:
         return [j for j, d in enumerate(self.definitions) if d.parent == i]
@@ -69,8 +73,9 @@ def outline(path: str, snap: Snapshot) -> Outline:
         if d.parent < 0:
             top.setdefault(d.name, []).append(i)
     imports, package = _imports(snap)
+    starts = array("I", (n.start_byte for n in snap.tree.root_node.children if n.start_point[1] == 0))
     return Outline(path, snap.language, tuple(defs), tuple(imports), package, hash(snap.text),
-                   {k: tuple(v) for k, v in top.items()})
+                   {k: tuple(v) for k, v in top.items()}, starts)
 
 
 def _text(snap: Snapshot, n: Node) -> str:
