@@ -46,6 +46,11 @@ MAX_DOCUMENT_CHARS = 16 * 2**20  # a larger document is not kept: no completions
 MAX_OPEN_DOCUMENTS = 2000
 MAX_PARSED_DOCUMENTS = 64
 MAX_LOCATIONS = 500  # places a next edit's `locations` lists (a rename used 2 000 times: the first 500)
+# A warmup starts this long after its trigger, once no interactive work runs (at most WARMUP_QUIET_WAIT_S
+# waited): an editor sends its requests right after the edit, and a warmup building its prompt beside
+# them (the GIL) slowed a rename's next edit from p90 72-87 to 104-110 ms (bench/next_edit.py --latency).
+WARMUP_SETTLE_S = 0.03
+WARMUP_QUIET_WAIT_S = 5.0
 Say = Callable[[str, str], None]  # (level: "error" | "warning" | "info", text) → the user
 Progress = Callable[[int, str], None]  # (percent, stage); called on the engine thread
 IndexProgress = Callable[[str, int, str], None]  # (begin | report | end, files, message); the index's thread
@@ -320,6 +325,10 @@ class Service:
             fut.add_done_callback(lambda f: self._warmed(uri, f))
 
     def _warm(self, uri: str) -> int | None:
+        time.sleep(WARMUP_SETTLE_S)
+        quiet = getattr(self.engine, "wait_quiet", None)
+        if quiet is not None:  # the requests the edit brought go first (next_edit holds warmups)
+            quiet(WARMUP_QUIET_WAIT_S)
         snap, offset = self.warm_next.pop(uri, (None, 0))
         engine = self.engine
         if snap is None or engine is None or uri in self.pending:
@@ -498,7 +507,14 @@ class Service:
         the document changed while it was computed). A change at a definition is followed first
         (completer/edits/follow.py, no engine needed): then `jump: {uri, range, version?, edits}`
         names the next place past the region, and `left` how many remain. A newer request for
-        the document stops an older one. PositionError for a position outside the document."""
+        the document stops an older one. PositionError for a position outside the document.
+        The local engine's warmups wait meanwhile (the follower is interactive work the engine
+        does not see; with a warmup's prefill beside it, its p90 was ~1.5x)."""
+        hold = getattr(self.engine, "hold_warmup", None)
+        with hold() if hold is not None else contextlib.nullcontext():
+            return await self._next_edit(uri, line, character)
+
+    async def _next_edit(self, uri: str, line: int, character: int) -> dict:
         t0 = time.perf_counter()
         self.counters["next_edit_requests"] += 1
         doc = self.docs.get(uri)
@@ -584,14 +600,12 @@ class Service:
         if req.cancel.is_set():
             return None
         opts, index = self.options, self.index
-        hold = getattr(self.engine, "hold_warmup", None)  # the local engine's warmups wait meanwhile
-        with hold() if hold is not None else contextlib.nullcontext():
-            return self.follower.answer(
-                snap.text, self._edit_path(uri), line, col, history, language=snap.language, read=read,
-                importers=index.importers if index is not None else None,
-                providers=index.providers if index is not None else None,
-                statements=index.statements if index is not None else None, above=opts.next_edit_lines_above,
-                below=opts.next_edit_lines_below, max_lines=opts.next_edit_max_lines, tree=snap.tree)
+        return self.follower.answer(
+            snap.text, self._edit_path(uri), line, col, history, language=snap.language, read=read,
+            importers=index.importers if index is not None else None,
+            providers=index.providers if index is not None else None,
+            statements=index.statements if index is not None else None, above=opts.next_edit_lines_above,
+            below=opts.next_edit_lines_below, max_lines=opts.next_edit_max_lines, tree=snap.tree)
 
     def _reader(self):
         """path (as _edit_path names it) → the text now: an open document's (read on the loop's

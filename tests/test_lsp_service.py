@@ -285,6 +285,41 @@ async def test_the_next_edit_follower_holds_the_engines_warmups_while_it_runs(ti
     assert seen == [True] and not service.engine.sched.should_yield()
 
 
+async def test_a_warmup_starts_after_the_requests_its_edit_brought(tiny_pair, monkeypatch):
+    """An editor asks for a next edit right after the edit that triggers a warmup: the warmup
+    builds its prompt only once that request is answered (WARMUP_SETTLE_S, then no hold)."""
+    import lsp.service as service_module
+
+    monkeypatch.setattr(service_module, "WARMUP_SETTLE_S", 0.5)  # the request surely arrives within it
+    service = Service(parse_options(tiny_options(tiny_pair))[0])
+    assert await service.load() == "ready"
+    order: list[str] = []
+    real_answer, real_warmup = service.follower.answer, service_module.warmup_at
+
+    def answer(*a, **kw):
+        order.append("follow")
+        time.sleep(0.6)  # past the settle time: the warmup must wait for the hold, not the clock
+        got = real_answer(*a, **kw)
+        order.append("answered")
+        return got
+
+    def warmup_at(*a, **kw):
+        order.append("warmup")
+        return real_warmup(*a, **kw)
+
+    service.follower.answer = answer
+    monkeypatch.setattr(service_module, "warmup_at", warmup_at)
+    uri, line = "file:///tmp/long.py", LONG.count("\n")
+    service.open(uri, LONG, "python", 1)
+    service.change(uri, 2, [Edit(((line, 0), (line, 0)), "x = ")])  # an `assign` trigger: a warmup
+    await service.next_edit(uri, line, 4)
+    for _ in range(600):
+        if service.counters["warmups"]:
+            break
+        await asyncio.sleep(0.05)
+    assert order == ["follow", "answered", "warmup"] and service.counters["warmups"] == 1
+
+
 @pytest.mark.slow
 @pytest.mark.asyncio
 async def test_the_request_after_a_warmup_finds_its_prompt_cached(client: LanguageClient, tiny_pair):

@@ -653,6 +653,10 @@ class Engine:
         work outside the engine is using the CPU (Scheduler.hold)."""
         return self.sched.hold()
 
+    def wait_quiet(self, timeout: float) -> bool:
+        """Until no interactive work (request or hold) is waiting or running; False on timeout."""
+        return self.sched.wait_quiet(timeout)
+
     def prefill(self, prompt: list[int], *, doc_key: str = "_default") -> int:
         """`warmup` for raw token ids."""
         prompt = prompt[: self.ctx - 1]

@@ -165,6 +165,11 @@ class Scheduler:
                 self._holds -= 1
                 self._pump()
 
+    def wait_quiet(self, timeout: float) -> bool:
+        """Until no interactive work (or hold) is waiting or running; False on timeout."""
+        with self.cond:
+            return self.cond.wait_for(lambda: not self._interactive_pending(), timeout)
+
     def should_yield(self) -> bool:
         """For warmup between chunks: is interactive work waiting or running?"""
         with self.cond:
