@@ -47,9 +47,10 @@ MAX_OPEN_DOCUMENTS = 2000
 MAX_PARSED_DOCUMENTS = 64
 MAX_LOCATIONS = 500  # places a next edit's `locations` lists (a rename used 2 000 times: the first 500)
 # A warmup starts this long after its trigger, once no interactive work runs (at most WARMUP_QUIET_WAIT_S
-# waited): an editor sends its requests right after the edit, and a warmup building its prompt beside
-# them (the GIL) slowed a rename's next edit from p90 72-87 to 104-110 ms (bench/next_edit.py --latency).
-WARMUP_SETTLE_S = 0.03
+# waited): a request the editor sends right with the edit is read first, and a warmup building its
+# prompt beside it (the GIL) slowed a rename's next edit from p90 72-87 to 104-110 ms
+# (bench/next_edit.py --latency); a completion waiting out its debounce lets the warmup run.
+WARMUP_SETTLE_S = 0.01
 WARMUP_QUIET_WAIT_S = 5.0
 Say = Callable[[str, str], None]  # (level: "error" | "warning" | "info", text) → the user
 Progress = Callable[[int, str], None]  # (percent, stage); called on the engine thread
@@ -64,11 +65,12 @@ class Edit:
 
 class Request:
     """A completion in flight: `cancel` stops its generation (the engine thread reads it between
-    decode steps); `stopped` wakes it while it waits (debounce, models loading)."""
+    decode steps); `stopped` wakes it while it waits (debounce, models loading: `waiting`)."""
 
     def __init__(self) -> None:
         self.cancel = threading.Event()
         self.stopped = asyncio.get_running_loop().create_future()
+        self.waiting = True
 
     def stop(self) -> None:
         self.cancel.set()
@@ -330,9 +332,10 @@ class Service:
         if quiet is not None:  # the requests the edit brought go first (next_edit holds warmups)
             quiet(WARMUP_QUIET_WAIT_S)
         snap, offset = self.warm_next.pop(uri, (None, 0))
-        engine = self.engine
-        if snap is None or engine is None or uri in self.pending:
-            return None  # a completion for this document is on its way: it prefills itself
+        engine, request = self.engine, self.pending.get(uri)
+        if snap is None or engine is None or (request is not None and not request.waiting):
+            return None  # a completion for this document is being computed: it prefills itself
+        # (one still in its debounce: the warmup uses the wait, and the completion takes over its cache)
         # exactly the prompt the completion at this offset will read: same call, options and index
         return warmup_at(engine, snap, offset, doc_key=uri, options=self.options.completion(),
                          **self._workspace_for(uri))
@@ -455,6 +458,7 @@ class Service:
                 await asyncio.wait((req.stopped, self._load_future()), timeout=self.options.ready_wait_ms / 1000,
                                    return_when=asyncio.FIRST_COMPLETED)
             await asyncio.wait((req.stopped,), timeout=self.options.debounce_ms / 1000)
+            req.waiting = False
             engine, opts = self.engine, self.options.completion()
             if req.cancel.is_set():
                 self.counters["superseded"] += 1

@@ -285,6 +285,18 @@ async def test_the_next_edit_follower_holds_the_engines_warmups_while_it_runs(ti
     assert seen == [True] and not service.engine.sched.should_yield()
 
 
+async def test_a_completion_waiting_out_its_debounce_lets_the_warmup_prefill(tiny_pair):
+    """The editor asks for a completion right with the edit that triggers a warmup: the warmup
+    prefills while the request waits out its debounce (it takes the cache over then)."""
+    service = Service(parse_options(tiny_options(tiny_pair, debounce_ms=2000))[0])
+    assert await service.load() == "ready"
+    uri, line = "file:///tmp/long.py", LONG.count("\n")
+    service.open(uri, LONG, "python", 1)
+    service.change(uri, 2, [Edit(((line, 0), (line, 0)), "x = ")])  # an `assign` trigger: a warmup
+    await service.complete(uri, line, 4)
+    assert service.counters["warmups"] == 1 and service.counters["warmup_tokens"] > 0
+
+
 async def test_a_warmup_starts_after_the_requests_its_edit_brought(tiny_pair, monkeypatch):
     """An editor asks for a next edit right after the edit that triggers a warmup: the warmup
     builds its prompt only once that request is answered (WARMUP_SETTLE_S, then no hold)."""
