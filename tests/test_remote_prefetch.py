@@ -49,10 +49,12 @@ def test_another_state_drops_it_and_the_option_turns_it_off(fake, kind):
     assert not cl.complete(PREFIX + "a + b", "", doc_key="p.py").prefetched
     cl.forget("p.py")
     cl.reconfigure(prefetch=False)
-    before = len(fake.bodies)
+    assert cl.settle(20)  # the prefetches the two requests queued: dropped, or ended if already asked
+    before, made = len(fake.bodies), cl.stats()["prefetches"]
     cl.complete(PREFIX, "", doc_key="p.py")
     again = cl.complete(PREFIX + "a + b", "", doc_key="p.py")
-    assert not again.prefetched and len(fake.bodies) == before + 2 and cl.stats()["prefetches"] == 1
+    assert not again.prefetched and len(fake.bodies) == before + 2 and cl.stats()["prefetches"] == made
+    assert cl.settle(20) and cl.stats()["prefetches"] == made and len(fake.bodies) == before + 2
     off = clients(fake)[kind]  # connect without options: off
     off.complete(PREFIX, "", doc_key="p.py")
     assert not off.complete(PREFIX + "a + b", "", doc_key="p.py").prefetched

@@ -52,6 +52,7 @@ class TypeThrough:
         self._queue: OrderedDict[str, _Ahead] = OrderedDict()  # prefetches not started, oldest first
         self._busy = 0  # this client's own requests in flight: a prefetch starts only at 0
         self._worker: threading.Thread | None = None
+        self._running: _Ahead | None = None  # the prefetch the worker is asking for now
         self.counters = {"prefetches": 0, "prefetch_served": 0, "prefetch_cancelled": 0}
 
     def reconfigure(self, **values: Any) -> None:
@@ -148,6 +149,7 @@ class TypeThrough:
                 if self._busy:
                     continue
                 doc, job = self._queue.popitem(last=False)
+                self._running = job
             try:
                 c = self.inner.complete(job.prefix, job.suffix, doc_key=doc, max_new=job.max_new,
                                         cancel=job.cancel, extra=job.extra)
@@ -159,6 +161,15 @@ class TypeThrough:
                 job.result = None
             finally:
                 job.done.set()
+                with self._lock:
+                    self._running = None
+                    self._lock.notify_all()
+
+    def settle(self, timeout: float) -> bool:
+        """Until no prefetch is queued or being asked for (a cancelled one included: it ends at
+        the server's next piece); False on timeout. For shutdown and tests."""
+        with self._lock:
+            return self._lock.wait_for(lambda: not self._queue and self._running is None, timeout)
 
     def _take(self, doc_key: str, prefix: str, suffix: str, extra: tuple[Chunk, ...]) -> _Ahead | None:
         """The document's prefetch if it is for exactly this request (taken: served once), else
