@@ -257,11 +257,17 @@ def _py_files(root: Path) -> dict[str, str]:
 
 
 def _project(root: Path):
-    """jedi's project for a package's tree; a src layout's `src/` on its path (the tests import the
-    package by name: without it jedi resolves `click` to an installed copy, not the tree's)."""
+    """jedi's project for a package's tree: the tree (a src layout's `src/` first) and the standard
+    library only on its path. The tests import the package by name: with the environment's path
+    jedi resolved `click` to the copy installed in this virtualenv (even with `src/` added after
+    it), and `click.command` in click's tests was not a use of the tree's `command`."""
+    import sysconfig
+
     import jedi
     src = root / "src"
-    return jedi.Project(root, added_sys_path=[str(src)] if src.is_dir() else [])
+    std = [sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]]
+    std.append(str(Path(std[0]) / "lib-dynload"))
+    return jedi.Project(root, sys_path=[str(src) if src.is_dir() else str(root), *dict.fromkeys(std)])
 
 
 def _inside(root: Path, path) -> str | None:
@@ -1029,6 +1035,9 @@ def main() -> int:
         subprocess.run(["rm", "-rf", str(work)], check=False)
         return 0
     if a.follow:
+        unknown = set(a.follow_kinds.split(",")) - set(FOLLOW_KINDS)
+        if unknown:
+            ap.error(f"--follow-kinds: unknown {', '.join(sorted(unknown))} (kinds: {', '.join(FOLLOW_KINDS)})")
         res = {"packages": list(PACKAGES), "follow": follow_quality(fetch(list(PACKAGES), a.sdists, work), a.follow, a.seed,
                                                                   tuple(a.follow_kinds.split(",")))}
         out = a.out if a.out != ap.get_default("out") else ROOT / "runs" / "next_edit_follow.json"
