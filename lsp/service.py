@@ -48,8 +48,9 @@ MAX_PARSED_DOCUMENTS = 64
 MAX_LOCATIONS = 500  # places a next edit's `locations` lists (a rename used 2 000 times: the first 500)
 # A warmup starts this long after its trigger, once no interactive work runs (at most WARMUP_QUIET_WAIT_S
 # waited): a request the editor sends right with the edit is read first, and a warmup building its
-# prompt beside it (the GIL) slowed a rename's next edit from p90 72-87 to 104-110 ms
-# (bench/next_edit.py --latency); a completion waiting out its debounce lets the warmup run.
+# prompt beside it (the GIL) slowed a rename's next edit: p90 104-110 ms without the settle time,
+# 73-85 with it (bench/next_edit.py --latency, AMD EPYC); a completion waiting out its debounce
+# lets the warmup run.
 WARMUP_SETTLE_S = 0.01
 WARMUP_QUIET_WAIT_S = 5.0
 Say = Callable[[str, str], None]  # (level: "error" | "warning" | "info", text) → the user

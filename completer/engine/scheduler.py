@@ -7,7 +7,7 @@ Rules (the engine's callers run in their own threads and block in `acquire`):
 - interactive work goes before warmup; warmup runs only while no interactive work is live or
   waiting, and yields between prefill chunks when some arrives (`should_yield` / `pause`);
   interactive work outside the engine counts too while it `hold`s the scheduler (the language
-  server's next-edit follower: a warmup's prefill on both cores tripled its p90);
+  server's next-edit follower: beside a warmup's prefill on two cores its p90 was 1.5-2x);
 - at most `max_batch` live interactive tickets: they step together through the `StepBatcher`,
   sharing a step budget of `step_tokens` verify tokens (each one's draft length is capped);
 - memory: a ticket is admitted only when `admit` can give its document a KV cache within the
