@@ -774,12 +774,13 @@ def _call_places(ch: Change, snap: Snapshot, text: str, path: str, uses: list, d
     if path == ch.origin and ch.role == "method":
         bare, mods = set(), {b"self", b"cls", ch.owner.encode()}
     out: list[tuple[int, int, str, Node]] = []
-    spans = _lines_holding(src, bare | {name})
+    words = bare | {name}
+    spans = _lines_holding(src, words)
     role_of = roles(_captures_in(snap, "names", spans))
     shadow = _shadowing(snap, [(k, r, n) for k, (r, n) in role_of.items() if src[k[0]:k[1]] in bare],
                         {u.source for u in uses}, spans)
     for k, (r, n) in role_of.items():
-        if src[k[0]:k[1]] not in bare | {name} or (r == "name" and _in(k, shadow)):
+        if src[k[0]:k[1]] not in words or (r == "name" and _in(k, shadow)):
             continue
         fn = n if r == "name" else n.parent
         call = fn.parent if fn is not None else None
