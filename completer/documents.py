@@ -17,7 +17,7 @@ import itertools
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
@@ -240,25 +240,41 @@ def parse_from(src: bytes, language: str, old: tuple[bytes, Tree] | None = None)
     return parser_for(language).parse(src, tree)
 
 
-def parse_ranges(src: bytes, language: str, starts: Sequence[int], spans: Sequence[tuple[int, int]]) -> Tree:
+def parse_ranges(src: bytes, language: str, starts: Sequence[int], spans: Sequence[tuple[int, int]],
+                 members: Mapping[int, Sequence[int]] | None = None) -> Tree:
     """`src` parsed only where its top-level statements hold one of `spans` (byte ranges):
     `starts` are where its top-level statements that begin a line start, from a whole parse of
-    this very `src` (the workspace index's outline). Each statement is parsed as in the whole
-    file (same nodes, same offsets: a statement is a syntax unit of its own) and the rest is
-    skipped: a rename's importer costs its few statements, not the file (≈1/4 of the time on
-    the PyPI packages' files, bench/next_edit.py --latency)."""
+    this very `src` (the workspace index's outline); `members`, for a Python class among them
+    (by its start), where the lines of its body's statements start: of such a class only its
+    header and the statements holding a span are parsed. Each statement is parsed as in the
+    whole file (same nodes, same offsets: a statement is a syntax unit of its own; a class's
+    header with some of its statements is still a class) and the rest is skipped: a rename's
+    importer costs a few statements, not the file (the 20 renames of bench/next_edit.py
+    --latency parse 43 % of their importers' bytes)."""
     keep: list[tuple[int, int]] = []
     for lo, hi in spans:
-        i = max(bisect.bisect_right(starts, lo) - 1, 0)
-        j = bisect.bisect_left(starts, hi)
-        a, b = (starts[i] if starts else 0), (starts[j] if j < len(starts) else len(src))
-        if keep and a <= keep[-1][1]:
-            keep[-1] = (keep[-1][0], max(keep[-1][1], b))
-        else:
-            keep.append((a, b))
+        first = max(bisect.bisect_right(starts, lo) - 1, 0)
+        for k in range(first, max(bisect.bisect_left(starts, hi), first + 1)):
+            a = starts[k] if starts else 0
+            b = starts[k + 1] if k + 1 < len(starts) else len(src)
+            lines = members.get(a) if members else None
+            if not lines:
+                keep.append((a, b))
+                continue
+            keep.append((a, lines[0]))  # the class's header (decorators, `class C(B):`)
+            for u, m in enumerate(lines):
+                e = lines[u + 1] if u + 1 < len(lines) else b
+                if m < hi and lo < e:
+                    keep.append((m, e))
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted(keep):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        elif b > a:
+            merged.append((a, b))
     parser = parser_for(language)
-    parser.included_ranges = [Range(_byte_point(src, a), _byte_point(src, b), a, b) for a, b in keep
-                              if b > a] or [Range(Point(0, 0), Point(0, 0), 0, 0)]
+    parser.included_ranges = [Range(_byte_point(src, a), _byte_point(src, b), a, b) for a, b in merged] \
+        or [Range(Point(0, 0), Point(0, 0), 0, 0)]
     try:
         return parser.parse(src)
     finally:

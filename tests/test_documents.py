@@ -207,23 +207,27 @@ x = f(3, 4); y = f(5, 6)
 }
 
 
-def _nodes(n, keep):
-    """Every node under `n` within the byte ranges `keep`, as (type, start, end)."""
-    out = []
-    for c in n.children:
-        if any(a <= c.start_byte and c.end_byte <= b for a, b in keep):
-            out.append((c.type, c.start_byte, c.end_byte, c.start_point, c.end_point))
-            out += _nodes(c, [(c.start_byte, c.end_byte)])
-        elif any(c.start_byte < b and a < c.end_byte for a, b in keep):
-            out += _nodes(c, keep)
-    return out
+def _leaves(n, lo, hi):
+    """The leaves of `n` overlapping bytes [lo, hi), each with its ancestors' (type, start)."""
+    if n.end_byte <= lo or hi <= n.start_byte:
+        return []
+    if not n.children:
+        chain, p = [], n.parent
+        while p is not None and p.parent is not None:  # up to the root (which spans what was parsed)
+            # a class's body starts at the first of its statements that was parsed
+            chain.append((p.type,) if p.type == "block" and p.parent.type == "class_definition"
+                         else (p.type, p.start_byte, p.start_point))
+            p = p.parent
+        return [(n.type, n.start_byte, n.end_byte, n.start_point, n.end_point, tuple(chain))]
+    return [x for c in n.children for x in _leaves(c, lo, hi)]
 
 
 @pytest.mark.parametrize("language", sorted(TRICKY))
 def test_parsing_only_the_statements_that_hold_some_spans_gives_the_whole_parse_there(language):
-    """documents.parse_ranges: the top-level statements holding the spans (strings with lines at
-    column 0 inside them, decorators, comments between) are parsed as in the whole file, node for
-    node at the same offsets, and the rest is skipped."""
+    """documents.parse_ranges: every token the spans touch comes out as in the whole file's parse
+    — same type, offsets, and ancestors (types and starts) — with strings holding code-like lines
+    at column 0, decorators and comments between statements, and Python classes of which only
+    the header and some statements are parsed; and less than the whole file is parsed."""
     from completer.workspace.outline import outline
 
     sources = [TRICKY[language].encode()]
@@ -231,24 +235,23 @@ def test_parsing_only_the_statements_that_hold_some_spans_gives_the_whole_parse_
         from pathlib import Path
         root = Path(__file__).resolve().parents[1]
         sources += [(root / p).read_bytes() for p in ("completer/documents.py", "completer/edits/follow.py",
-                                                       "lsp/service.py")]
+                                                       "lsp/service.py", "completer/engine/engine.py")]
     rng = random.Random(0)
     for src in sources:
         whole = parse_snapshot(src.decode(), language)
-        starts = outline("f", whole).starts
-        assert len(starts) > 3
-        for _ in range(12):
+        o = outline("f", whole)
+        assert len(o.starts) > 3 and (language != "python" or o.bodies)
+        parts = []
+        for _ in range(24):
             spans = []
             for _ in range(rng.randint(1, 3)):
                 a = rng.randrange(len(src))
                 spans.append((a, min(len(src), a + rng.randint(1, 200))))
             spans.sort()
-            tree = parse_ranges(src, language, starts, spans)
-            keep = [(starts[i], starts[i + 1] if i + 1 < len(starts) else len(src)) for i in range(len(starts))
-                    if any(a < (starts[i + 1] if i + 1 < len(starts) else len(src)) and starts[i] < b
-                           for a, b in spans)]
-            part, full = _nodes(tree.root_node, keep), _nodes(whole.tree.root_node, keep)
-            assert part == full and part
-            assert not tree.root_node.children or tree.root_node.children[0].start_byte >= keep[0][0]
+            tree = parse_ranges(src, language, o.starts, spans, o.bodies)
+            for lo, hi in spans:
+                assert _leaves(tree.root_node, lo, hi) == _leaves(whole.tree.root_node, lo, hi)
+            parts.append(sum(r.end_byte - r.start_byte for r in tree.included_ranges))
+        assert 0 < min(parts) and sum(parts) < 0.8 * len(parts) * len(src)  # a part of the file, mostly
         # and the parser is left parsing whole files
         assert parse_snapshot(src.decode(), language).tree.root_node.end_byte == whole.tree.root_node.end_byte

@@ -56,7 +56,7 @@ from .repeat import sites as repeat_sites
 Read = Callable[[str], "str | None"]  # a workspace path → its text now (the editor's, else the disk's)
 Importers = Callable[[str, str, str], list]  # (path, name, text before) → completer.workspace.refs.Use list
 Providers = Callable[[str, str], list]  # (path, name) → [(file, module)] defining the name (the index's)
-Statements = Callable[[str, str], "Sequence[int] | None"]  # (path, text) → its top-level statements' starts (the index's)
+Statements = Callable[[str, str], "tuple | None"]  # (path, text) → where its statements start (the index's, parse_ranges)
 NEAR_BYTES = 200  # without the edit's lines in the text: the renamed definition is this close to the cursor
 MAX_EDITS = 16   # history items searched for the renamed definition
 MAX_FILES = 200
@@ -462,7 +462,9 @@ class Follower:
         (region.py, with `above`, `below`, `max_lines`) and the jump to the next place outside
         it, for the change the last edit made at a definition or the one being followed; None
         when there is none (the caller predicts as before). `read(path)` gives another file's
-        text now; `importers(path, name, text)` the files that import a definition (the index's)."""
+        text now; `importers(path, name, text)` the files that import a definition (the index's);
+        `statements(path, text)` where the statements of another file's text start (the index's,
+        when it indexed that text: only those holding the name are parsed)."""
         t0 = time.perf_counter()
         try:
             region = editable_region(text, line, above=above, below=below, max_lines=max_lines,
@@ -490,7 +492,7 @@ class Follower:
         for other in _files(ch, path):
             t = read(other)
             if t is not None:
-                rest += self._places(ch, other, t, starts=statements(other, t) if statements else None)
+                rest += self._places(ch, other, t, units=statements(other, t) if statements else None)
         todo = order + rest
         if not inside and not todo:
             with self._lock:
@@ -502,7 +504,7 @@ class Follower:
         return Answer([e for p in inside for e in p.edits], todo[0] if todo else None, ch.kind,
                       len(inside) + len(todo), (time.perf_counter() - t0) * 1e3, inside + todo, todo)
 
-    def _places(self, ch: Change, path: str, text: str, tree=None, starts: Sequence[int] | None = None) -> list[Place]:
+    def _places(self, ch: Change, path: str, text: str, tree=None, units: tuple | None = None) -> list[Place]:
         """places(), remembered per file text while the change is followed: each request reads
         every file the change reaches, and most have not changed since the last one (a parse
         each: ~5 ms for 30 KB). `tree`: the caller's parse of `text`, if it has one."""
@@ -510,7 +512,7 @@ class Follower:
         key = (ch, path, digest(text), done)
         got = self._memo.get(key)
         if got is None:
-            got = self._memo[key] = places(ch, path, text, done, tree, starts)
+            got = self._memo[key] = places(ch, path, text, done, tree, units)
             while len(self._memo) > MEMO:
                 self._memo.pop(next(iter(self._memo)))
         return got
@@ -532,21 +534,23 @@ def _files(ch: Change, path: str) -> list[str]:
 
 
 def places(ch: Change, path: str, text: str, done: set[str] = frozenset(), tree=None,
-           starts: Sequence[int] | None = None) -> list[Place]:
+           units: tuple | None = None) -> list[Place]:
     """The places of `path` (its `text`, parsed as `tree` when the caller has it) the change
-    still needs, in file order. `starts`: where `text`'s top-level statements start (an importer
-    indexed as it is: only the statements holding its names are parsed)."""
+    still needs, in file order. `units`: (starts, bodies) of `text`'s statements, as
+    documents.parse_ranges takes them (an importer indexed as it is: only the statements
+    holding its names are parsed)."""
     uses = [u for u in ch.uses if u.path == path]
     if path != ch.origin and not uses:
         return []
     lang = language_for(None, path) or ch.language
-    if tree is None and starts and path != ch.origin and ch.kind in ("rename", "signature"):
+    if tree is None and units and path != ch.origin and ch.kind in ("rename", "signature"):
         src = encode(text)
         # every name a place holds: the definition's, and each local name it is imported as
         spans = _lines_holding(src, {ch.old.encode()} | {u.alias.encode() for u in uses if u.alias})
         if not spans:
             return []
-        snap = Snapshot(text, lang, parse_ranges(src, lang, starts, spans))
+        starts, bodies = units
+        snap = Snapshot(text, lang, parse_ranges(src, lang, starts, spans, bodies))
     else:
         snap = _parsed(text, lang, tree)
     if snap.tree is None:

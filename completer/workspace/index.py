@@ -23,7 +23,7 @@ import posixpath
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from tree_sitter import Tree
@@ -189,13 +189,14 @@ class WorkspaceIndex:
             resolver = Resolver(outlines, self._dirs, self._py, self.root, self.go_module)
             return importers(resolver, outlines, rel, name)
 
-    def statements(self, path: str | Path, text: str) -> Sequence[int] | None:
-        """Where `path`'s top-level statements that begin a line start (byte offsets), when
-        `text` is the text indexed for it; else None (documents.parse_ranges)."""
+    def statements(self, path: str | Path, text: str) -> tuple[Sequence[int], Mapping[int, Sequence[int]]] | None:
+        """(where `path`'s top-level statements that begin a line start, where the lines of its
+        Python classes' bodies' statements start by class), byte offsets, when `text` is the
+        text indexed for it; else None (documents.parse_ranges)."""
         rel = self.rel(path)
         with self._lock:
             o = self._outlines.get(rel) if rel is not None else None
-            return o.starts if o is not None and o.stamp == hash(text) and o.starts else None
+            return (o.starts, o.bodies) if o is not None and o.stamp == hash(text) and o.starts else None
 
     def providers(self, path: str | Path, name: str) -> list[tuple[str, str]]:
         """The files other than `path` that define `name` at top level, with the module name an

@@ -49,15 +49,17 @@ class Outline:
     package: str = ""   # Go: the package clause
     stamp: int = 0      # hash of the text it was read from (an unchanged update is a no-op)
     top: dict[str, tuple[int, ...]] = field(default_factory=dict, compare=False)  # name → top-level indices
-    # byte offsets where the top-level statements that begin a line start (documents.parse_ranges)
+    # byte offsets where the top-level statements that begin a line start, and for a Python class
+    # among them (by its start) where the lines of its body's statements start (documents.parse_ranges)
     starts: array = field(default_factory=lambda: array("I"), compare=False)
+    bodies: dict[int, array] = field(default_factory=dict, compare=False)
 
     @property
     def cost(self) -> int:
         """Estimated bytes held (CPython object overheads included), for the index's memory bound."""
         d = sum(len(x.signature) + len(x.doc) + len(x.name) + 240 for x in self.definitions)
         return 600 + len(self.path) + d + sum(len(i.source) + len(i.name) + len(i.alias) + 160 for i in self.imports) \
-            + 4 * len(self.starts)
+            + 4 * len(self.starts) + sum(100 + 4 * len(m) for m in self.bodies.values())
 
     def members(self, i: int) -> list[int]:
         return [j for j, d in enumerate(self.definitions) if d.parent == i]
@@ -73,9 +75,28 @@ def outline(path: str, snap: Snapshot) -> Outline:
         if d.parent < 0:
             top.setdefault(d.name, []).append(i)
     imports, package = _imports(snap)
-    starts = array("I", (n.start_byte for n in snap.tree.root_node.children if n.start_point[1] == 0))
+    tops = [n for n in snap.tree.root_node.children if n.start_point[1] == 0]
+    bodies = _class_bodies(snap, tops) if snap.language == "python" else {}
     return Outline(path, snap.language, tuple(defs), tuple(imports), package, hash(snap.text),
-                   {k: tuple(v) for k, v in top.items()}, starts)
+                   {k: tuple(v) for k, v in top.items()}, array("I", (n.start_byte for n in tops)), bodies)
+
+
+def _class_bodies(snap: Snapshot, tops: list[Node]) -> dict[int, array]:
+    """Top-level classes whose body starts on a line of its own, by start byte: where the lines
+    of their body's statements start (a rename's importer parses the class's header and the
+    statements that hold the name, not the whole class)."""
+    out = {}
+    for n in tops:
+        c = n.child_by_field_name("definition") if n.type == "decorated_definition" else n
+        body = c.child_by_field_name("body") if c is not None and c.type == "class_definition" else None
+        if body is None or body.start_point[0] <= c.start_point[0]:
+            continue
+        # a comment is no statement: it goes with the statement before it (a class with only a
+        # comment for a body would not parse as one)
+        lines = sorted({snap.source.rfind(b"\n", 0, m.start_byte) + 1 for m in body.children if m.type != "comment"})
+        if len(lines) > 1:
+            out[n.start_byte] = array("I", lines)
+    return out
 
 
 def _text(snap: Snapshot, n: Node) -> str:
