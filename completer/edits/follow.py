@@ -40,6 +40,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from tree_sitter import Node
 
@@ -118,6 +119,7 @@ class Answer:
     later: list[Place] = field(default_factory=list)  # the places past the region, the jump first
 
 
+@lru_cache(maxsize=16)  # a file's text is digested for the memo's key, then for its places
 def digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
