@@ -231,12 +231,13 @@ def test_a_settings_change_of_engine_does_not_carry_the_user_files_key(tmp_path,
             lsp.engine_settled()
             lsp.send({"method": "workspace/didChangeConfiguration",
                       "params": {"settings": {"completer": {"engine": f"openai:{other.url}/v1"}}}})
-            for _ in range(2000):  # the reload connects in the background
-                if other.got:
+            warned = lambda: any("engine_api_key" in m and "is not sent" in m for m in lsp.shown)
+            for _ in range(2000):  # the reload connects, and says why the key stays, in the background
+                if other.got and warned():
                     break
                 lsp.engine_settled()
             assert other.got, "the editor's new engine was never asked"
-            assert any("engine_api_key" in m and "is not sent" in m for m in lsp.shown)
+            assert warned()
         finally:
             lsp.close()
         assert {h.get("Authorization") for _, _, h, _ in attacker.got} == {"Bearer key-for-a"}
