@@ -49,7 +49,7 @@ MAX_LOCATIONS = 500  # places a next edit's `locations` lists (a rename used 2 0
 # A warmup starts this long after its trigger, once no interactive work runs (at most WARMUP_QUIET_WAIT_S
 # waited): a request the editor sends right with the edit is read first, and a warmup building its
 # prompt beside it (the GIL) slowed a rename's next edit: p90 104-110 ms without the settle time,
-# 73-85 with it (bench/next_edit.py --latency, AMD EPYC); a completion waiting out its debounce
+# 72-94 with it (bench/next_edit.py --latency, AMD EPYC); a completion waiting out its debounce
 # lets the warmup run.
 WARMUP_SETTLE_S = 0.01
 WARMUP_QUIET_WAIT_S = 5.0
