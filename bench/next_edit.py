@@ -148,14 +148,27 @@ def quality(engine, tasks_by_kind, noop_by_kind) -> dict:
             rows.append({"exact": got == t.expected, "empty": not ne.edits, "parses": parses(got),
                          "reason": ne.dropped, "source": ne.source if ne.edits else None,
                          "model_reason": ne.model_dropped, "region_lines": t.region[1] - t.region[0], "ms": ne.total_ms,
-                         "tau": ne.accepted_per_forward})
+                         "tau": ne.accepted_per_forward, "confidence": ne.confidence})
         res[kind] = summarize(rows)
     for kind, tasks in noop_by_kind.items():
-        shown = [ne.source for ne, _ in (run(engine, t) for t in tasks) if ne.edits]
+        answers = [ne for ne, _ in (run(engine, t) for t in tasks)]
+        shown = [ne.source for ne in answers if ne.edits]
         res.setdefault(kind, {})["noop_suggested"] = round(len(shown) / len(tasks), 3) if tasks else None
         res[kind]["noop_suggested_by"] = dict(Counter(shown))
         res[kind]["noop_tasks"] = len(tasks)
+        # the model's suggestions where nothing should change, with their scores (see model_by_confidence)
+        res[kind]["noop_model_confidence"] = sorted(round(ne.confidence, 3) for ne in answers
+                                                    if ne.edits and ne.source == "model" and ne.confidence is not None)
     return res
+
+
+def _by_confidence(rows: list[dict]) -> list[dict]:
+    """The model's shown answers kept if their score (NextEdit.confidence) were at least t: how many,
+    how many exact — what a confidence gate on next edits would leave (measured, not calibrated:
+    a gate's threshold comes from the training domain's split)."""
+    mine = [r for r in rows if r["source"] == "model" and r["confidence"] is not None]
+    return [{"at_least": t, "shown": sum(r["confidence"] >= t for r in mine),
+             "exact": sum(r["confidence"] >= t and r["exact"] for r in mine)} for t in (0.0, 0.2, 0.3, 0.4, 0.5)]
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -166,6 +179,7 @@ def summarize(rows: list[dict]) -> dict:
     return {"tasks": n, "exact": round(sum(r["exact"] for r in rows) / n, 3),
             # the model's own answers: exact where a rename did not stand in for it
             "model_exact": round(sum(r["exact"] and r["source"] == "model" for r in rows) / n, 3),
+            "model_by_confidence": _by_confidence(rows),
             "empty": round(sum(r["empty"] for r in rows) / n, 3),
             "shown_by": dict(Counter(r["source"] for r in rows if r["source"])),
             "model_dropped": dict(Counter(r["model_reason"] or r["reason"] for r in rows
@@ -1077,6 +1091,11 @@ def main() -> int:
                 n = sum(r["tasks"] for r in rn)
                 q["rename_propagation"] = {"tasks": n, "exact": round(sum(r["exact"] * r["tasks"] for r in rn) / n, 3),
                                            "model_exact": round(sum(r["model_exact"] * r["tasks"] for r in rn) / n, 3)}
+            per = [q[k]["model_by_confidence"] for k in kinds if q.get(k, {}).get("tasks")]
+            if per:  # every kind together
+                q["model_by_confidence"] = [{"at_least": rows[0]["at_least"], "shown": sum(r["shown"] for r in rows),
+                                             "exact": sum(r["exact"] for r in rows)} for rows in zip(*per)]
+                q["noop_model_confidence"] = sorted(c for k in kinds for c in q.get(k, {}).get("noop_model_confidence", ()))
             res["quality"] = q
         engine.close()
     a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -166,15 +166,16 @@ def test_history_from_the_language_servers_events():
 class Scripted:
     """An EngineClient's `rewrite` that answers `answer(region)` and records the request."""
 
-    def __init__(self, answer, stop_reason: str = "eos", malformed: bool = False):
+    def __init__(self, answer, stop_reason: str = "eos", malformed: bool = False, confidence: float | None = None):
         self.answer, self.stop_reason, self.malformed = answer, stop_reason, malformed
+        self.confidence = confidence
         self.requests: list[EditPrompt] = []
 
     def rewrite(self, request, *, fmt="auto", doc_key="_default", max_new=None, speculative=True, cancel=None):
         self.requests.append(request)
         return Completion(self.answer(request.region), new_tokens=7, target_forwards=2, accepted_per_forward=3.5,
                           total_ms=1.0, speculative=speculative, stop_reason=self.stop_reason,
-                          edit_format="completer", malformed=self.malformed)
+                          edit_format="completer", malformed=self.malformed, confidence=self.confidence)
 
 
 CURRENT = SRC.replace("def add(self, name, value)", "def add(self, key, value)")
@@ -196,6 +197,15 @@ def test_predict_edits_give_the_predicted_file():
     assert req.region[req.cursor:].startswith(", value)") and req.extra == (Chunk("util.py", "def g(): ..."),)
     assert req.before == "".join(CURRENT.splitlines(keepends=True)[:9]) and req.after.startswith("\n\ndef main")
     assert ne.to_json()["accepted_per_forward"] == 3.5 and "reason" not in ne.to_json()
+    assert ne.confidence is None and "confidence" not in ne.to_json()  # an engine that scores nothing
+
+
+def test_the_models_score_comes_with_its_answer():
+    """The engine's score of the model's answer (confidence.score of its tokens) is the next
+    edit's, in --json too: what bench/next_edit.py sets the model's answers against."""
+    eng = Scripted(lambda region: region.replace("name)", "key)"), confidence=0.4213)
+    ne = predict(eng, CURRENT, 9, 21, HISTORY, path="store.py", rename_first=False)
+    assert ne.source == "model" and ne.confidence == 0.4213 and ne.to_json()["confidence"] == 0.4213
 
 
 @pytest.mark.parametrize("answer, kw, reason", [

@@ -56,6 +56,7 @@ class NextEdit:
     source: str = "model"   # or "rename": the syntax tree's rename propagation (rename.py); follow.py's kinds
     model_dropped: str | None = None  # with source "rename": why the model's own answer was dropped
     jump: Place | None = None  # the next place past the region a change at a definition needs (follow.py)
+    confidence: float | None = None  # the model's answer's score (confidence.score of its tokens), if it gave one
 
     def to_json(self) -> dict:
         out = {"edits": [e.to_json() for e in self.edits], "new_tokens": self.new_tokens,
@@ -67,6 +68,8 @@ class NextEdit:
             out["reason"] = self.dropped
         if self.model_dropped is not None:
             out["model_reason"] = self.model_dropped
+        if self.confidence is not None:
+            out["confidence"] = round(self.confidence, 4)
         if self.jump is not None:
             j = self.jump
             out["jump"] = {"start_line": j.line, "start_col": j.col, "end_line": j.end_line, "end_col": j.end_col,
@@ -156,7 +159,7 @@ def predict(engine: EngineClient, text: str, line: int, col: int, history: Seque
     c = engine.rewrite(req, fmt=fmt, doc_key=doc_key, speculative=speculative, cancel=cancel)
     got = NextEdit(region=(lo, hi), new_tokens=c.new_tokens, target_forwards=c.target_forwards,
                    accepted_per_forward=c.accepted_per_forward, total_ms=c.total_ms, speculative=c.speculative,
-                   text=c.text, format=c.edit_format)
+                   text=c.text, format=c.edit_format, confidence=c.confidence)
     new = c.text
     if not req.region.endswith("\n") and new.endswith("\n"):  # a region at a file end without a newline
         new = new[:-1]
