@@ -15,6 +15,12 @@ default options). The history is OLD → FILE, as `completer next-edit --before`
   the model is asked (`first`, the servers' default), only where the model gives nothing usable
   (`fallback`), or never (`off`); `model_exact` counts the model's own answers, so measure a
   model with `fallback` or `off` (with `first` it is not asked where the last edit is a rename).
+- the next-edit gate (next_edit_min_confidence): `model_by_confidence` gives, per threshold, the
+  model's answers that pass it (shown, exact, and wrong: inexact, or a suggestion where nothing
+  should change) — run with `--min-confidence 0` to see every threshold. `--calibrate` (with
+  --target) first makes the same tasks from the stdlib's held-out split, picks the lowest
+  threshold whose shown answers are exact at least as often as wrong and writes it to the
+  target's config.json; the packages' code is then measured with it in force (never tuned on it).
 - `--speed`: regions of 20-40 lines decoded twice, speculative (the region's tokens drafted by
   EditDrafter) and plain, the same greedy outputs (checked), both with the prompt already in
   the document's KV cache (a first run puts it there), 3 times each interleaved, the fastest of
@@ -43,6 +49,7 @@ default options). The history is OLD → FILE, as `completer next-edit --before`
   ready. Time it on an otherwise idle machine.
 
     python bench/next_edit.py [--n 40] [--sdists DIR] [--target DIR --draft DIR] [--rename first|fallback|off]
+                              [--calibrate] [--min-confidence T]
     python bench/next_edit.py --follow 10 [--sdists DIR] [--follow-kinds rename,remove_param,import,quiet,repeat]
     python bench/next_edit.py --latency 20 --files 1000 [--sdists DIR]
     python bench/next_edit.py --speed [--n 12]
@@ -162,13 +169,51 @@ def quality(engine, tasks_by_kind, noop_by_kind) -> dict:
     return res
 
 
+GATE_THRESHOLDS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8)
+
+
 def _by_confidence(rows: list[dict]) -> list[dict]:
     """The model's shown answers kept if their score (NextEdit.confidence) were at least t: how many,
-    how many exact — what a confidence gate on next edits would leave (measured, not calibrated:
-    a gate's threshold comes from the training domain's split)."""
+    how many exact — what next_edit_min_confidence = t leaves (an answer passes the engine's gate
+    exactly when its score is at least t; measure with the gate off to see every t)."""
     mine = [r for r in rows if r["source"] == "model" and r["confidence"] is not None]
     return [{"at_least": t, "shown": sum(r["confidence"] >= t for r in mine),
-             "exact": sum(r["confidence"] >= t and r["exact"] for r in mine)} for t in (0.0, 0.2, 0.3, 0.4, 0.5)]
+             "exact": sum(r["confidence"] >= t and r["exact"] for r in mine)} for t in GATE_THRESHOLDS]
+
+
+def gate_table(q: dict, kinds) -> list[dict]:
+    """Every kind together, per threshold: the model's answers shown (where something should change
+    and where nothing should), how many exact, how many wrong (not exact, or any suggestion where
+    nothing should change)."""
+    per = [q[k]["model_by_confidence"] for k in kinds if q.get(k, {}).get("tasks")]
+    noop = [c for k in kinds for c in q.get(k, {}).get("noop_model_confidence", ())]
+    out = []
+    for rows in zip(*per):
+        t = rows[0]["at_least"]
+        shown, exact = sum(r["shown"] for r in rows), sum(r["exact"] for r in rows)
+        quiet = sum(c >= t for c in noop)
+        out.append({"at_least": t, "shown": shown, "exact": exact, "noop_shown": quiet,
+                    "wrong": shown - exact + quiet})
+    return out
+
+
+def calibrated(table: list[dict]) -> float:
+    """The lowest threshold at which the model's shown next edits are exact at least as often as
+    wrong (the completion gate's rule, bench/gate.py, with every inexact edit wrong), else the
+    highest swept."""
+    for row in table:
+        if row["shown"] + row["noop_shown"] and row["exact"] >= row["wrong"]:
+            return row["at_least"]
+    return table[-1]["at_least"]
+
+
+def stdlib_heldout() -> list[tuple[str, str]]:
+    """The training domain's held-out split (draft_models.data.HELD_OUT: email/, json/, asyncio/,
+    never trained on, next-edit fine-tunes included), tests left out as for the packages."""
+    from draft_models.data import corpus_files, read_source
+
+    return [(p.as_posix(), read_source(p)) for p in corpus_files(split="heldout")
+            if "/test" not in p.as_posix() and p.stat().st_size >= 800]
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -189,6 +234,24 @@ def summarize(rows: list[dict]) -> dict:
             "region_lines_median": statistics.median(r["region_lines"] for r in rows),
             "ms_median": round(statistics.median(r["ms"] for r in rows), 1),
             "tau_median": round(statistics.median(r["tau"] for r in rows), 2)}
+
+
+def calibrate(engine, target: Path, kinds, n: int, noop: int, seed: int) -> dict:
+    """The gate's threshold for `target`, measured with the gate off on the stdlib's held-out split
+    (the same task kinds and counts as the quality run), written to its config.json."""
+    engine.reconfigure(next_edit_min_confidence=0.0)
+    files = stdlib_heldout()
+    print(f"# calibration: {len(files)} held-out stdlib files", file=sys.stderr)
+    q = quality(engine, make_tasks(files, kinds, n, seed, False), make_tasks(files, kinds, noop, seed + 1, True))
+    table = gate_table(q, kinds)
+    chosen = calibrated(table)
+    cfg_path = target / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["completer_next_edit_min_confidence"] = chosen
+    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    print(f"calibrated next_edit_min_confidence {chosen}, written to {cfg_path}", file=sys.stderr)
+    return {"next_edit_min_confidence": chosen, "files": len(files), "table": table,
+            "source": "stdlib held-out split (email/, json/, asyncio/; tests left out)", "per_kind": q}
 
 
 def speed(engine, tasks, reps: int = 3) -> dict:
@@ -1035,9 +1098,18 @@ def main() -> int:
                     help="N edits per kind (rename, signature, import, repeat) timed through completer-lsp in a "
                          "workspace of --files Python files: edit to the first next-edit suggestion, p50/p90")
     ap.add_argument("--files", type=int, default=1000, help="--latency's workspace size (Python files)")
+    ap.add_argument("--calibrate", action="store_true",
+                    help="first choose the next-edit gate's threshold on the stdlib's held-out split (see calibrated) "
+                         "and write it to --target's config.json as completer_next_edit_min_confidence; the "
+                         "quality run on the packages' code then has it in force")
+    ap.add_argument("--min-confidence", type=float, metavar="T",
+                    help="next_edit_min_confidence for the quality run (default: the model's calibration; 0: off, "
+                         "every answer with its score: model_by_confidence)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "next_edit.json")
     a = ap.parse_args()
+    if a.calibrate and not a.target:
+        ap.error("--calibrate writes to a model's config.json: give --target (and --draft)")
     work = Path(tempfile.mkdtemp(prefix="next_edit_"))
     if a.latency:
         res = {"packages": list(PACKAGES),
@@ -1084,6 +1156,13 @@ def main() -> int:
             res["speed"] = speed(engine, tasks)
         else:
             kinds = a.kinds.split(",")
+            if a.calibrate:
+                res["calibration"] = calibrate(engine, Path(a.target), kinds, a.n, a.noop, a.seed)
+                engine.close()
+                engine = make_engine(**opts)  # the model as the product loads it: the new calibration in force
+                engine.warm_start()
+            if a.min_confidence is not None:
+                engine.reconfigure(next_edit_min_confidence=a.min_confidence)
             q = quality(engine, make_tasks(files, kinds, a.n, a.seed, False),
                         make_tasks(files, kinds, a.noop, a.seed + 1, True))
             rn = [q[k] for k in RENAMES if q.get(k, {}).get("tasks")]
@@ -1091,11 +1170,10 @@ def main() -> int:
                 n = sum(r["tasks"] for r in rn)
                 q["rename_propagation"] = {"tasks": n, "exact": round(sum(r["exact"] * r["tasks"] for r in rn) / n, 3),
                                            "model_exact": round(sum(r["model_exact"] * r["tasks"] for r in rn) / n, 3)}
-            per = [q[k]["model_by_confidence"] for k in kinds if q.get(k, {}).get("tasks")]
-            if per:  # every kind together
-                q["model_by_confidence"] = [{"at_least": rows[0]["at_least"], "shown": sum(r["shown"] for r in rows),
-                                             "exact": sum(r["exact"] for r in rows)} for rows in zip(*per)]
+            if any(q.get(k, {}).get("tasks") for k in kinds):  # every kind together
+                q["model_by_confidence"] = gate_table(q, kinds)
                 q["noop_model_confidence"] = sorted(c for k in kinds for c in q.get(k, {}).get("noop_model_confidence", ()))
+            q["next_edit_min_confidence_in_force"] = engine.stats().get("next_edit_min_confidence_in_force")
             res["quality"] = q
         engine.close()
     a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from .client import StopReason
+from .client import Completion, StopReason
 
 OFF = float("-inf")
 
@@ -56,6 +56,7 @@ class StreamGate:
         self.floor = floor(min_confidence)
         self.logprobs: list[float] = []
         self.unsure: str | None = None
+        self.unsure_logprob: float | None = None
 
     @property
     def on(self) -> bool:
@@ -74,7 +75,7 @@ class StreamGate:
                     yield ev
                     continue
                 self.logprobs += [lp for _, lp in toks[:low]]
-                self.unsure = toks[low][0]
+                self.unsure, self.unsure_logprob = toks[low]
                 if low:
                     yield with_text(ev, "".join(t for t, _ in toks[:low]))
                 return
@@ -95,6 +96,16 @@ class StreamGate:
         if self.on and on_text is not None and text:
             on_text(text)
         return text, why, unsure, score(self.logprobs) if self.on else None
+
+
+def refused_edit(gate: StreamGate, **fields) -> Completion | None:
+    """A next edit's answer the gate refused a token of: no answer (stop_reason UNSURE), its
+    confidence the refused token's probability; None when it refused none. Half a rewrite is no
+    rewrite, so the text the gate let through is not kept."""
+    if gate.unsure is None:
+        return None
+    return Completion("", stop_reason=StopReason.UNSURE, unsure_text=gate.unsure,
+                      confidence=score([gate.unsure_logprob]), **fields)
 
 
 def _word(ch: str) -> bool:

@@ -136,6 +136,12 @@ class EngineConfig:
                                        "lower probability (nothing when no word is left); unset: the model's "
                                        "calibrated value (completer_min_confidence in its config.json), else off; "
                                        "0 = off", lo=0.0, hi=1.0)
+    next_edit_min_confidence: float | None = opt(None, "a next edit the model writes is dropped (reason: unsure) "
+                                                 "when any token of its answer has a lower probability; a rename "
+                                                 "in the last edit is then carried from the syntax tree instead; "
+                                                 "unset: the model's calibrated value "
+                                                 "(completer_next_edit_min_confidence in its config.json), else "
+                                                 "off; 0 = off", lo=0.0, hi=1.0)
 
     def validate(self) -> None:
         """Raise EngineError for a value outside the schema (code that builds a config by hand)."""

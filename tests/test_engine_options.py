@@ -106,6 +106,15 @@ def check_min_confidence(e, v):
     assert v == 1.0 and c.text == "" and c.stop_reason == "unsure" and c.unsure_text
 
 
+def check_next_edit_min_confidence(e, v):
+    """Likewise for next edits: the model's rewrite is refused at its first token."""
+    from completer.edits.formats import EditPrompt, HistoryItem
+
+    req = EditPrompt((HistoryItem("a.py", "x = 1\n", "y = 1\n"),), "a.py", "y = 1\nprint(x)\n")
+    c = e.rewrite(req, fmt="completer", doc_key="ne", max_new=4)
+    assert v == 1.0 and c.text == "" and c.stop_reason == "unsure" and c.unsure_text
+
+
 # option → (a new value, what shows it applied); values differ from engine()'s
 LIVE = {
     "draft_len": (1, check_draft_lengths),
@@ -124,6 +133,7 @@ LIVE = {
     "prefetch": (True, check_prefetch),
     "alternatives": (3, check_alternatives),
     "min_confidence": (1.0, check_min_confidence),
+    "next_edit_min_confidence": (1.0, check_next_edit_min_confidence),
 }
 
 

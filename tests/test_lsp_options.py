@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 # paths and URLs are not numbers or choices.
 SPECIAL = {"engine": "ws://127.0.0.1:9", "engine_api_key": "a-key", "engine_model": "a-model",
            "quant_groups": "embed=fp16,attn=int8,mlp=int8,head=int8",
-           "min_confidence": 0.25}  # unset by default (the model's calibration)
+           "min_confidence": 0.25, "next_edit_min_confidence": 0.25}  # unset by default (the model's calibration)
 
 
 def _another(opt: config.Option, current, values: dict):

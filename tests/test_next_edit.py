@@ -215,6 +215,7 @@ def test_the_models_score_comes_with_its_answer():
     (lambda r: "", {"malformed": True}, "malformed"),
     (lambda r: r[:20], {"stop_reason": "length"}, "too_long"),
     (lambda r: r[:20], {"stop_reason": "cancelled"}, "cancelled"),
+    (lambda r: "", {"stop_reason": "unsure", "confidence": 0.05}, "unsure"),  # the engine's next-edit gate
 ])
 def test_predict_drop_rules(answer, kw, reason):
     ne = predict(Scripted(answer, **kw), CURRENT, 9, 21, HISTORY, path="store.py", rename=False)
@@ -223,7 +224,7 @@ def test_predict_drop_rules(answer, kw, reason):
     # the model first: the rename (name -> key in add's parameters) stands in for an answer that
     # gave nothing usable; never for one the user should not see (undo) or one cut short
     ne = predict(Scripted(answer, **kw), CURRENT, 9, 21, HISTORY, path="store.py", rename_first=False)
-    if reason in ("no_change", "syntax", "malformed", "too_long"):
+    if reason in ("no_change", "syntax", "malformed", "too_long", "unsure"):
         assert (ne.dropped, ne.source, ne.model_dropped) == (None, "rename", reason)
         assert apply_edits(CURRENT, ne.edits) == CURRENT.replace("                            name)",
                                                                  "                            key)")

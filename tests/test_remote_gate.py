@@ -3,12 +3,14 @@ StreamGate), the same contract through both remote clients against a real llama-
 .ci/llamacpp.sh: `llamacpp:` asks /infill for `n_probs`, `openai:` asks /v1/completions for
 `logprobs` (llama-server streams them as a `content` list). min_confidence set: the completion
 ends before the first less sure token, as the in-process engine's does; unset (a remote model
-has no calibration here): off, and nothing is asked."""
+has no calibration here): off, and nothing is asked. The same for next edits' rewrites with
+next_edit_min_confidence."""
 from __future__ import annotations
 
 import pytest
 from helpers.llama import PREFIX, SUFFIX
 
+from completer.edits.formats import EditPrompt, HistoryItem
 from completer.remote.llamacpp import LlamaCpp
 from completer.remote.openai import OpenAI
 
@@ -45,3 +47,20 @@ def test_the_confidence_gate_on_the_servers_log_probabilities(client):
         assert some.unsure_text and not (some.text[-1:].isalnum() and some.unsure_text[0].isalnum())
     client.reconfigure(min_confidence=None)
     assert client.complete(PREFIX, SUFFIX, doc_key="g.py", max_new=12).text == plain.text
+
+
+@pytest.mark.slow
+def test_the_next_edit_gate_on_the_servers_log_probabilities(client):
+    """next_edit_min_confidence on a remote rewrite: a refused token ends the answer, and the answer
+    is none (stop_reason "unsure", the refused token and its probability); unset: off, nothing asked."""
+    req = EditPrompt((HistoryItem("g.py", "def area(r):\n", "def area(radius):\n"),), "g.py",
+                     "def area(radius):\n    return 3.14 * r * r\n")
+    plain = client.rewrite(req, fmt="completer", doc_key="e.py", max_new=8)
+    assert plain.new_tokens > 0 and plain.stop_reason != "unsure" and plain.confidence is None
+    client.reconfigure(next_edit_min_confidence=1.0)
+    none = client.rewrite(req, fmt="completer", doc_key="e.py", max_new=8)
+    assert (none.text, none.stop_reason, none.malformed) == ("", "unsure", False)
+    assert none.unsure_text and 0 < none.confidence < 1
+    client.reconfigure(next_edit_min_confidence=None)
+    again = client.rewrite(req, fmt="completer", doc_key="e.py", max_new=8)
+    assert (again.text, again.stop_reason, again.new_tokens) == (plain.text, plain.stop_reason, plain.new_tokens)

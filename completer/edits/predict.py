@@ -8,7 +8,8 @@ Dropped (`NextEdit.dropped`, the edits empty): "no_history" (nothing to go on), 
 "cancelled", "untrained" (the model was not taught next edits: the shipped pair; set
 next_edit_format to ask it anyway), "malformed" (the answer held no region), "no_change", "undo" (the rewrite turns the
 user's last edit back: its new text into its old), "syntax" (the file with the edits applied
-parses with more errors than it does now).
+parses with more errors than it does now), "unsure" (the engine's confidence gate: a token of the
+answer below next_edit_min_confidence; NextEdit.confidence is that token's probability).
 
 History comes in two shapes: the language server's edit events (`from_events`: each event's
 changed lines as whole lines) and two versions of a file (`from_versions`: the CLI's and the
@@ -31,7 +32,7 @@ from .region import RegionError, editable_region
 from .rename import propagate
 
 CONTEXT_CHARS = 1500  # text before and after the region a format may show (Zeta's excerpt)
-RENAME_AFTER = ("untrained", "malformed", "too_long", "no_change", "syntax")  # answers a rename may stand in for
+RENAME_AFTER = ("untrained", "malformed", "too_long", "no_change", "syntax", "unsure")  # answers a rename may stand in for
 SYNTAX_REACH = 64 * 1024  # the syntax check parses this far around the region (a 1 MB file costs what 128 KB does)
 
 
@@ -119,7 +120,7 @@ def predict(engine: EngineClient, text: str, line: int, col: int, history: Seque
     rename in the last edit is carried to the region's other places from the syntax tree
     (rename.py): before the model is asked when `rename_first` (milliseconds, exact, the engine's
     time saved), else only where the model's answer is dropped as untrained, malformed, too_long,
-    no_change or syntax. `jumps` (with `rename`): a definition renamed or its parameters changed
+    no_change, syntax or unsure. `jumps` (with `rename`): a definition renamed or its parameters changed
     by the last edit (follow.py) also names the next place past the region in this file
     (`NextEdit.jump`, with its edit; the language server follows it through the workspace
     itself). PositionError for a position outside the text; EngineError from the engine."""
@@ -203,6 +204,8 @@ def _carried(text: str, a: int, b: int, offset: int, history: Sequence[HistoryIt
 def _dropped(stop_reason: StopReason, malformed: bool, region: str, new: str, last: HistoryItem, path: str) -> str | None:
     if stop_reason in (StopReason.CANCELLED, StopReason.SUPERSEDED):
         return "cancelled"
+    if stop_reason == StopReason.UNSURE:
+        return "unsure"
     if stop_reason in (StopReason.LENGTH, StopReason.CONTEXT):
         return "too_long"
     if malformed:

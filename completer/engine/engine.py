@@ -181,6 +181,8 @@ class Engine:
         self.edits_trained = bool(getattr(self.pair.target.config, "completer_next_edit", False))
         # the confidence gate's threshold measured for this model (completer/confidence.py), if it has one
         self.calibrated_confidence = getattr(self.pair.target.config, "completer_min_confidence", None)
+        # and the next-edit gate's (bench/next_edit.py --calibrate writes it)
+        self.calibrated_edit_confidence = getattr(self.pair.target.config, "completer_next_edit_min_confidence", None)
         self.edit_k: AdaptiveK | None = None  # next edits' draft length, learnt across rewrites (a model
         # that never copies its region soon stops paying for long verifies)
         self.counters = dict.fromkeys(COUNTERS, 0)  # declared in stats.py: each is a metric
@@ -571,12 +573,22 @@ class Engine:
         ids, st, queue_ms = self._generate(prompt, doc_key, max_new, None, stop, cancel, None, None,
                                            sampling=Sampling(0.0),
                                            draft=(drafter, self._edit_k(drafter) if drafter is not None else None),
-                                           eos=frozenset(eos))
-        region = read_answer(f, self.decode(ids))
+                                           eos=frozenset(eos), floor=confidence.floor(self._edit_gate()))
         st.total_ms = (time.perf_counter() - t0) * 1e3
         self._count(rewrites=1)
+        if st.stop_reason == StopReason.UNSURE:  # the gate: one unsure token and the answer is no answer
+            self._count(rewrites_unsure=1)
+            c = to_completion("", ids, st, speculative, unsure_text=self.decode([st.unsure]), queue_ms=queue_ms,
+                              edit_format=f.name)
+            c.confidence = confidence.score([st.unsure_logprob])  # the refused token's: what fell short
+            return c
+        region = read_answer(f, self.decode(ids))
         return to_completion(region or "", ids, st, speculative, queue_ms=queue_ms, edit_format=f.name,
                              malformed=region is None)
+
+    def _edit_gate(self) -> float:
+        """The next-edit gate's threshold in force: the option, else the model's calibration, else 0."""
+        return confidence.resolve(self.cfg.next_edit_min_confidence, self.calibrated_edit_confidence)
 
     def _edit_k(self, drafter: EditDrafter) -> AdaptiveK:
         if self.edit_k is None:
@@ -737,6 +749,7 @@ class Engine:
                 "draft_stored": self.draft_quant,  # what draft_quant applied
                 # the confidence gate's threshold in force: the option, else the model's calibration
                 "min_confidence_in_force": confidence.resolve(self.cfg.min_confidence, self.calibrated_confidence),
+                "next_edit_min_confidence_in_force": self._edit_gate(),
                 "queue_waiting": waiting, "queue_live": live, "batch_steps": self.sched.batcher.steps,
                 "batched_calls": self.sched.batcher.batched_calls, "records": len(self.records),
                 "record_chars": self.records.chars, **self.counters}

@@ -46,6 +46,7 @@ class GenStats:
     runner_up: list[tuple[int, float]] = field(default_factory=list)  # per token out: the likeliest other
     # token there and its log-probability (engine/alternatives.py branches at the least sure ones)
     unsure: int | None = None      # the token the confidence floor refused (stop_reason "unsure"), not in out
+    unsure_logprob: float | None = None  # its log-probability
 
     @property
     def accepted_per_forward(self) -> float:
@@ -78,7 +79,7 @@ def generate(target, prompt: list[int], max_new: int, sampling: Sampling,
         new = new[:eos][: max_new - len(out)]
         low = next((i for i, lp in enumerate(lps[: len(new)]) if lp < floor), None)
         if low is not None:
-            st.unsure, new = new[low], new[:low]
+            st.unsure, st.unsure_logprob, new = new[low], lps[low], new[:low]
         out += new
         st.logprobs += lps[: len(new)]
         st.runner_up += ups[: len(new)]

@@ -37,7 +37,7 @@ def connect(url: str, *, token: str | None = None, api_key: str | None = None, m
     format; `timeout_ms`: connect and read timeout; `retries`: reconnects after a connection
     failure, with back-off; `options` and `more`: config's options by name, given to the
     client's `reconfigure` (it takes what a remote request carries: max_new_tokens,
-    temperature, top_p, seed, min_confidence, type_through, prefetch — the HTTP clients' prefetch
+    temperature, top_p, seed, min_confidence, next_edit_min_confidence, type_through, prefetch — the HTTP clients' prefetch
     is off unless given; the rest are not a remote client's).
     """
     if not isinstance(url, str):

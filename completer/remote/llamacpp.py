@@ -25,7 +25,7 @@ from .. import confidence
 from ..client import Chunk, Completion, EngineError, StopReason, StopText, prompt_budget
 from ..edits.formats import EditPrompt, edit_budget, read_answer
 from ..prompt import piece_text
-from .transport import SAMPLING, Http, TokenMemo, edit_format, follow, live_options
+from .transport import SAMPLING, Http, TokenMemo, edit_format, follow, live_options, set_gates
 
 
 def _token_logprobs(ev: dict) -> list[tuple[str, float]]:
@@ -41,6 +41,7 @@ class LlamaCpp:
                  max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0):
         self.http = Http(base, name="llama-server", api_key=api_key, timeout_ms=timeout_ms, retries=retries)
         self.max_new_tokens, self.temperature, self.top_p, self.seed = max_new_tokens, temperature, top_p, seed
+        self.next_edit_min_confidence: float | None = None  # the next-edit gate: likewise
         self.min_confidence: float | None = None  # the confidence gate (completer/confidence.py): off unless set
         self.ctx = 0          # per slot, from /props
         self.n_slots = 0
@@ -77,9 +78,7 @@ class LlamaCpp:
         self.http.reconfigure(**values)
         for name, value in live_options(values, SAMPLING).items():
             setattr(self, name, value)
-        if "min_confidence" in values:  # applied here, on the log-probabilities the server sends (n_probs)
-            v = values["min_confidence"]
-            self.min_confidence = None if v is None else live_options(values, ("min_confidence",))["min_confidence"]
+        set_gates(self, values)  # applied here, on the log-probabilities the server sends
 
     def _ready(self) -> None:
         """Read the server's setup before the first request, and again after a connection
@@ -165,13 +164,21 @@ class LlamaCpp:
         if cancel is not None and cancel.is_set():
             return Completion("", stop_reason=StopReason.CANCELLED, edit_format=f.name, malformed=True)
         n = edit_budget(self.count_tokens(f.draft(request)), max_new)
+        gate = confidence.StreamGate(self.next_edit_min_confidence)
         body = {"prompt": piece_text(f.prompt(request)), "n_predict": n, "temperature": 0.0, "cache_prompt": True,
                 "id_slot": self._slot(doc_key), "stream": True, "stop": list(f.stops)}
         if not speculative:
             body["speculative.n_max"] = 0
-        events = self.http.stream("/completion", body, cancel, done=lambda ev: bool(ev.get("stop")))
+        if gate.on:
+            body["n_probs"] = 1  # each token's log-probability, for the next-edit gate
+        events = gate.events(self.http.stream("/completion", body, cancel, done=lambda ev: bool(ev.get("stop"))),
+                             _token_logprobs, lambda ev, t: {**ev, "content": t, "stop": False})
         text, last, why, ttft = follow(events, lambda ev: "" if ev.get("stop") else ev.get("content") or "",
                                        None, None, cancel, t0, n)
+        self.counters["rewrites"] += 1
+        if (no := confidence.refused_edit(gate, edit_format=f.name, speculative=speculative,
+                                          total_ms=(time.perf_counter() - t0) * 1e3)) is not None:
+            return no
         if last.get("stop"):
             text += last.get("content") or ""
         timings = last.get("timings") or {}
@@ -179,7 +186,6 @@ class LlamaCpp:
         accepted = int(timings.get("draft_n_accepted") or 0)
         forwards = max(new - accepted, 1 if new else 0)
         region = read_answer(f, text)
-        self.counters["rewrites"] += 1
         self.counters["new_tokens"] += new
         total = (time.perf_counter() - t0) * 1e3
         return Completion(region or "", new_tokens=new, target_forwards=forwards,

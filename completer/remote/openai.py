@@ -30,7 +30,7 @@ from ..edits.formats import EditPrompt, edit_budget, read_answer
 from ..fim import FIM_FORMATS
 from ..prompt import piece_text
 from ..prompt import render as fim_text
-from .transport import SAMPLING, Http, Superseded, TokenMemo, edit_format, follow, live_options
+from .transport import SAMPLING, Http, Superseded, TokenMemo, edit_format, follow, live_options, set_gates
 
 DEFAULT_CTX = 2048      # when the server does not say (vLLM says max_model_len, llama-server n_ctx_train)
 CHARS_PER_TOKEN = 3.0   # token estimate when the server has no /tokenize: errs towards more tokens
@@ -72,6 +72,7 @@ class OpenAI:
                          retries=retries)
         self.model, self.fim_name = model, fim_format
         self.max_new_tokens, self.temperature, self.top_p, self.seed = max_new_tokens, temperature, top_p, seed
+        self.next_edit_min_confidence: float | None = None  # the next-edit gate: likewise
         self.min_confidence: float | None = None  # the confidence gate: off unless set (no calibration here)
         self.fmt: str | None = None  # a FIM_FORMATS name or SERVER_FIM
         self.ctx = 0
@@ -116,9 +117,7 @@ class OpenAI:
         self.http.reconfigure(**values)
         for name, value in live_options(values, SAMPLING).items():
             setattr(self, name, value)
-        if "min_confidence" in values:  # applied here, on the log-probabilities the server streams
-            v = values["min_confidence"]
-            self.min_confidence = None if v is None else live_options(values, ("min_confidence",))["min_confidence"]
+        set_gates(self, values)  # applied here, on the log-probabilities the server sends
 
     def _ready(self) -> None:
         if self.fmt is None:
@@ -199,16 +198,24 @@ class OpenAI:
         if cancel is not None and cancel.is_set():
             return Completion("", stop_reason=StopReason.CANCELLED, edit_format=f.name, malformed=True)
         n = edit_budget(self.count_tokens(f.draft(request)), max_new)
+        # our own server gates with its model's calibration (and takes no `logprobs`)
+        gate = confidence.StreamGate(None if self.fmt == SERVER_FIM else self.next_edit_min_confidence)
         body = {"model": self.model, "prompt": piece_text(f.prompt(request)), "max_tokens": n, "temperature": 0.0,
                 "stream": True, "stop": list(f.stops), "user": doc_key, "stream_options": {"include_usage": True}}
-        events = self.http.stream(self.api + "/completions", body, cancel, done=lambda ev: False)
+        if gate.on:
+            body["logprobs"] = 1  # each token's log-probability, for the next-edit gate
+        events = gate.events(self.http.stream(self.api + "/completions", body, cancel, done=lambda ev: False),
+                             _token_logprobs, _with_text)
         finish: dict = {}
         usage: dict = {}
         text_of = _event_reader(usage, finish)
         text, _, why, ttft = follow(events, text_of, None, None, cancel, t0, n)
+        self.counters["rewrites"] += 1
+        if (no := confidence.refused_edit(gate, edit_format=f.name, speculative=speculative,
+                                          total_ms=(time.perf_counter() - t0) * 1e3)) is not None:
+            return no
         new, prompt = int(usage.get("completion_tokens") or 0), int(usage.get("prompt_tokens") or 0)
         region = read_answer(f, text)
-        self.counters["rewrites"] += 1
         self.counters["new_tokens"] += new
         total = (time.perf_counter() - t0) * 1e3
         return Completion(region or "", new_tokens=new, target_forwards=new, accepted_per_forward=1.0 if new else 0.0,

@@ -21,6 +21,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 from .. import errors
@@ -37,6 +38,17 @@ MAX_TOKEN_CHARS = 256   # characters one token may decode to, for the bound on a
 
 
 SAMPLING = ("max_new_tokens", "temperature", "top_p", "seed")  # options a remote request carries
+
+
+GATES = ("min_confidence", "next_edit_min_confidence")  # the confidence gates' options (completer/confidence.py)
+
+
+def set_gates(client: Any, values: dict) -> None:
+    """The confidence gates' options among `values` set on `client` (None: off; a remote model has
+    no calibration here), applied on the log-probabilities its server sends."""
+    for name in GATES:
+        if name in values:
+            setattr(client, name, None if values[name] is None else live_options(values, (name,))[name])
 
 
 def live_options(values: dict, names: tuple[str, ...]) -> dict:

@@ -47,6 +47,7 @@ M.option_types = {
   max_batch = 'number', batch_wait_ms = 'number', max_queue = 'number',
   batch_step_tokens = 'number', decode_threads = 'number', kv_cache = 'string', warmup_chunk = 'number',
   type_through = 'boolean', prefetch = 'boolean', alternatives = 'number', min_confidence = 'number',
+  next_edit_min_confidence = 'number',
   -- client
   engine = 'string', engine_api_key = 'string', engine_model = 'string',
   engine_timeout_ms = 'number', engine_retries = 'number',
