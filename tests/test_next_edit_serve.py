@@ -1,7 +1,7 @@
 """The `next_edit` frame of `completer serve` end to end: a real server on the embedded pair and a
 real websockets client — the reply's shape (edits in the text's lines and character columns, the
 engine's numbers), the reasons (no history), bad frames and bad input answered with error frames
-while the connection keeps serving, and cancellation."""
+while the connection keeps serving, cancellation, and the service's next-edit confidence gate."""
 from __future__ import annotations
 
 import msgpack
@@ -138,3 +138,27 @@ async def test_next_edit_feedback_is_counted(server):
         r = await ask(ws, {"type": "feedback", "id": 7, "accepted": True, "kind": "nope"})
         assert (r["type"], r["code"]) == ("error", "bad_request") and "kind" in r["message"]
         assert metric(await asyncio.to_thread(metrics, server), name) == before + 1
+
+
+async def test_the_services_next_edit_gate_drops_and_counts():
+    """`completer serve --next-edit-min-confidence 1`: no token of a rewrite is that sure, so the
+    `next_edit` frame answers no edits with reason `unsure` (the refused token's probability in
+    stats.confidence), and /metrics counts the drop."""
+    import asyncio
+
+    p, addr = start_server("--device", "cpu", "--next-edit-min-confidence", "1")
+    try:
+        async with connect_ws(addr) as ws:
+            r = await ask(ws, {"type": "next_edit", "id": 1, "text": TEXT, "line": 0, "col": 11, "before": BEFORE,
+                               "path": "add.py", "language": "python", "format": "completer", "rename": False})
+            assert (r["edits"], r["reason"]) == ([], "unsure") and 0 < r["stats"]["confidence"] < 1
+            # the rename rule stands in for the refused answer
+            r = await ask(ws, {"type": "next_edit", "id": 2, "text": TEXT, "line": 0, "col": 11, "before": BEFORE,
+                               "path": "add.py", "language": "python", "format": "completer", "rename_first": False})
+            assert (r["stats"]["source"], r["stats"]["model_reason"]) == ("rename", "unsure")
+            assert apply_edits(TEXT, [TextEdit(**e) for e in r["edits"]]) == TEXT.replace("name", "key")
+        text = await asyncio.to_thread(metrics, addr)
+        assert metric(text, "completer_engine_rewrites_unsure") == 2
+        assert metric(text, "completer_engine_next_edit_min_confidence_in_force") == 1.0
+    finally:
+        stop_server(p)
