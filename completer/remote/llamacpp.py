@@ -41,8 +41,8 @@ class LlamaCpp:
                  max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0):
         self.http = Http(base, name="llama-server", api_key=api_key, timeout_ms=timeout_ms, retries=retries)
         self.max_new_tokens, self.temperature, self.top_p, self.seed = max_new_tokens, temperature, top_p, seed
-        self.next_edit_min_confidence: float | None = None  # the next-edit gate: likewise
         self.min_confidence: float | None = None  # the confidence gate (completer/confidence.py): off unless set
+        self.next_edit_min_confidence: float | None = None  # the next-edit gate: likewise
         self.ctx = 0          # per slot, from /props
         self.n_slots = 0
         self.model = ""

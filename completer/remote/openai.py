@@ -72,8 +72,8 @@ class OpenAI:
                          retries=retries)
         self.model, self.fim_name = model, fim_format
         self.max_new_tokens, self.temperature, self.top_p, self.seed = max_new_tokens, temperature, top_p, seed
-        self.next_edit_min_confidence: float | None = None  # the next-edit gate: likewise
         self.min_confidence: float | None = None  # the confidence gate: off unless set (no calibration here)
+        self.next_edit_min_confidence: float | None = None  # the next-edit gate: likewise
         self.fmt: str | None = None  # a FIM_FORMATS name or SERVER_FIM
         self.ctx = 0
         self.exact_tokens = False  # whether the server answered /tokenize
