@@ -116,6 +116,9 @@ def test_embedded_pair_degenerate_continuation_is_stopped_and_not_shown():
     after = complete_at(eng, text, off, language="python", doc_key="a", options=CompletionOptions(64))
     assert find(before.text) is not None  # the junk, shown
     assert after.stop_reason == "degenerate" and after.text == ""
-    assert after.new_tokens < before.new_tokens and after.new_tokens <= 64 // 4
+    # the rule fires on the 15th greedy token; the loop stops at the end of the verify step that
+    # holds it, up to max_draft_len tokens later — how many depends on the adaptive draft length,
+    # which the engine times on this machine (18 was seen while another process held a core)
+    assert after.new_tokens < before.new_tokens and after.new_tokens <= 64 // 4 + eng.cfg.max_draft_len
     # the stop only ends the greedy decode early: the tokens it paid for are the same
     assert before.token_ids[:len(after.token_ids)] == after.token_ids
