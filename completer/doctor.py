@@ -249,11 +249,13 @@ def check_model(s: Subject) -> Check:
         pair = f"target {st.get('target')}" + (f", draft {draft} (shares its tokenizer)" if draft else "")
     if not draft:
         pair += f", no draft model (drafter {v.get('drafter')})"
-    gate = st.get("min_confidence_in_force")
+    gate, edit_gate = st.get("min_confidence_in_force"), st.get("next_edit_min_confidence_in_force")
     details = {"target": st.get("target"), "draft": draft, "fim": st.get("fim"), "ctx": ctx,
-               "device": st.get("device"), "draft_stored": st.get("draft_stored"), "min_confidence_in_force": gate}
+               "device": st.get("device"), "draft_stored": st.get("draft_stored"), "min_confidence_in_force": gate,
+               "next_edit_min_confidence_in_force": edit_gate}
     message = (f"{pair}; FIM {st.get('fim')}; context {ctx} tokens; "
-               f"confidence gate {f'{gate:g}' if gate else 'off'}")
+               f"confidence gate {f'{gate:g}' if gate else 'off'}"
+               + (f", next edits' {edit_gate:g}" if edit_gate else ""))
     if st.get("fim") == "none":
         return Check("model", "warn", f"{message}: no FIM tokens, completions see only the text before the cursor",
                      "use a model trained for fill-in-the-middle, or set fim_format to its family", details)

@@ -65,6 +65,7 @@ def test_default_setup_is_usable_and_says_what_each_check_found(workspace):
     assert c["engine"]["status"] == "ok" and c["engine"]["details"]["engine"] == "in-process"
     assert c["model"]["status"] == "ok" and "embedded pair" in c["model"]["message"]
     assert c["model"]["details"]["min_confidence_in_force"] == 0.0  # the suite's user file, not the calibration
+    assert c["model"]["details"]["next_edit_min_confidence_in_force"] == 0.0  # the embedded pair has none
     assert c["native"]["status"] in ("ok", "warn")  # warn: this machine has no compiler (test below)
     ws = c["workspace"]
     assert ws["status"] == "ok" and ws["details"]["files"] == 2 and str(workspace) in ws["message"], ws
