@@ -281,7 +281,10 @@ def test_transport_survives_hostile_frames(kind):
         stats = srv.request("stats", "completer/stats")["result"]
         assert stats["engine"] == "ready" and stats["shown"] >= probes
         assert srv.request("info", "completer/documentInfo", {"uri": BIG})["result"]["length"] > 10**7
-        assert rss[-1] < 1.1 * rss[0], f"RSS grew from {rss[0]} kB to {rss[-1]} kB: {rss}"
+        # the lowest of the last four readings against the lowest of the first four: a leak lifts every
+        # reading, while one taken within GIVE_BACK_AFTER_S of a 10 MB message still holds its copies
+        first, last = min(rss[:4]), min(rss[-4:])
+        assert last < 1.1 * first, f"RSS grew from {first} kB to {last} kB: {rss}"
         assert srv.proc.poll() is None
         srv.request("down", "shutdown")
         assert srv.request("after", "completer/stats")["error"]["code"] == -32600
@@ -289,7 +292,7 @@ def test_transport_survives_hostile_frames(kind):
         assert srv.proc.wait(timeout=30) == 0
         log = b"".join(srv.stderr).decode(errors="replace")
         assert "message handling failed" not in log, log[-3000:]
-        print(f"{kind}: {sent} frames, {srv.out.count} messages back, RSS {rss[0]} → {rss[-1]} kB")
+        print(f"{kind}: {sent} frames, {srv.out.count} messages back, RSS {rss}")
     finally:
         srv.close()
 

@@ -1,0 +1,34 @@
+"""Memory freed inside the process given back to the OS. glibc's malloc keeps a large block it
+freed for reuse, and raises its mmap threshold after freeing a mapped one, so the copies a 10 MB
+message leaves behind (its bytes, the parsed JSON, the document it replaces) stay resident as
+free heap: a server's RSS then swings by 40 MB from one large document to the next without
+growing. `give_back()` hands the free pages back (`malloc_trim`); elsewhere (macOS, musl,
+Windows) it does nothing."""
+from __future__ import annotations
+
+import ctypes
+import sys
+from functools import cache
+
+LARGE = 2**20  # bytes of a message after which what it freed is given back
+
+
+@cache
+def _malloc_trim():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # a libc without it (musl)
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
+    return fn
+
+
+def give_back() -> bool:
+    """Return free heap pages to the OS; False where the C library cannot."""
+    fn = _malloc_trim()
+    if fn is None:
+        return False
+    fn(0)
+    return True
