@@ -23,6 +23,7 @@ draft_models/gpu_finetune.sh runs the same on a lent GPU.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 import random
@@ -42,16 +43,28 @@ from .tokenizer import save_hf_tokenizer
 from .train import SampleStream, TrainConfig, evaluate_loss, run_stage
 
 
-def to_batch(rows: list[tuple[list[int], list[int]]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+def to_batch(rows: list[tuple[list[int], list[int]]], pad: int,
+             weights: list[list[float]] | None = None) -> tuple[torch.Tensor, ...]:
     """(ids, labels: the id each position predicts, or -100) rows → inputs padded to the longest
-    and targets shifted by one."""
+    and targets shifted by one; with `weights` (one per id of each row, as the labels), the loss's
+    weight per target too."""
     T = max(len(ids) for ids, _ in rows)
     x = torch.full((len(rows), T), pad, dtype=torch.long)
     y = torch.full_like(x, -100)
+    w = torch.zeros(len(rows), T)
     for b, (ids, labels) in enumerate(rows):
         x[b, : len(ids)] = torch.tensor(ids)
         y[b, : len(ids) - 1] = torch.tensor(labels[1:])
-    return x, y
+        if weights is not None:
+            w[b, : len(ids) - 1] = torch.tensor(weights[b][1:])
+    return (x, y) if weights is None else (x, y, w)
+
+
+def changed_positions(region: list[int], answer: list[int]) -> list[int]:
+    """Indexes of `answer`'s tokens that are not a copy of `region`'s (what an edit changes: a
+    renamed site, an added argument), by a longest-matching-blocks diff of the two id lists."""
+    sm = difflib.SequenceMatcher(None, region, answer, autojunk=False)
+    return [j for op, _, _, j1, j2 in sm.get_opcodes() if op in ("replace", "insert") for j in range(j1, j2)]
 
 
 class MixedStream:
@@ -61,16 +74,18 @@ class MixedStream:
     def __init__(self, texts: list[str], paths: list[str], tok: Tokenizer, seq_len: int, seed: int,
                  edit_rate: float = 0.5, max_region_chars: int = 1400, copy_rate: float = 0.0,
                  realign: RealignStream | None = None, realign_rate: float = 0.0,
-                 subst: SubstituteStream | None = None, subst_rate: float = 0.0):
+                 subst: SubstituteStream | None = None, subst_rate: float = 0.0, site_weight: float = 1.0):
         self.texts, self.paths, self.tok, self.seq_len, self.seed = texts, paths, tok, seq_len, seed
         self.edit_rate, self.max_region_chars, self.copy_rate = edit_rate, max_region_chars, copy_rate
         self.realign, self.realign_rate = realign, realign_rate if realign is not None else 0.0
         self.subst, self.subst_rate = subst, subst_rate if subst is not None else 0.0
+        self.site_weight = site_weight  # an edit task's changed answer tokens weigh this much in the loss
         self.plain = SampleStream(texts, tok, seq_len, seed)
         self.pad = tok.token_to_id(PAD)
         self.enc = lambda s: tok.encode(s).ids if s else []
 
-    def _edit(self, rng: random.Random) -> tuple[list[int], int] | None:
+    def _edit(self, rng: random.Random) -> tuple[list[int], int, list[int]] | None:
+        """An edit task's ids, where its answer starts, and the ids' positions the edit changed."""
         for _ in range(20):
             i = rng.randrange(len(self.texts))
             task = make_task(self.texts[i], self.paths[i], rng, max_region_chars=self.max_region_chars)
@@ -78,7 +93,9 @@ class MixedStream:
                 continue
             ids, start = sample_ids(task, self.tok, self.enc)
             if len(ids) <= self.seq_len:
-                return ids, start
+                region, answer = task.region_text(), task.region_text(task.expected)
+                sites = changed_positions(self.enc(region), self.enc(answer)) if self.site_weight != 1 else []
+                return ids, start, [start + j for j in sites]
         return None
 
     def _copy(self, rng: random.Random) -> tuple[list[int], int]:
@@ -104,17 +121,22 @@ class MixedStream:
         rng = random.Random(self.seed * 1_000_003 + step)
         edits = rng.random() < self.edit_rate
         rows: list[tuple[list[int], list[int]]] = []  # (ids, labels: the id each position predicts, or -100)
+        weights: list[list[float]] = []
         for _ in range(batch_size * 2 if edits else batch_size):
+            sites: list[int] = []
             if edits and self.realign_rate and rng.random() < self.realign_rate:
                 rows.append(self.realign.row(rng))
-                continue
-            if edits and self.subst_rate and rng.random() < self.subst_rate:
+            elif edits and self.subst_rate and rng.random() < self.subst_rate:
                 rows.append(self.subst.row(rng))
-                continue
-            got = (self._copy(rng) if rng.random() < self.copy_rate else self._edit(rng)) if edits else None
-            ids, start = got if got else (self.plain.sample(rng), 0)
-            rows.append((ids, [-100] * start + ids[start:]))
-        return to_batch(rows, self.pad)
+            else:
+                got = (self._copy(rng) + ([],) if rng.random() < self.copy_rate else self._edit(rng)) if edits else None
+                ids, start, sites = got if got else (self.plain.sample(rng), 0, [])
+                rows.append((ids, [-100] * start + ids[start:]))
+            w = [1.0] * len(rows[-1][0])
+            for p in sites:
+                w[p] = self.site_weight
+            weights.append(w)
+        return to_batch(rows, self.pad, weights if self.site_weight != 1 else None)
 
 
 class InductionStream:
@@ -280,6 +302,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--subst-batch", type=int, default=12)
     ap.add_argument("--subst-rate", type=float, default=0.0, help="SubstituteStream rows among the edit rows after that")
     ap.add_argument("--copy-rate", type=float, default=0.1, help="copy tasks among the edit rows after that")
+    ap.add_argument("--site-weight", type=float, default=1.0,
+                    help="the loss's weight on an edit answer's changed tokens (the sites the history's change "
+                         "carries to: a few of a region's hundred tokens); held-out evaluations then report "
+                         "their accuracy apart (site_acc)")
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -302,12 +328,13 @@ def main(argv: list[str] | None = None) -> int:
     realign = RealignStream(ordinary, tok, a.seed + 4)
     subst = SubstituteStream(train_texts, ordinary, tok, a.seed + 5)
     train = MixedStream(train_texts, train_paths, tok, a.ctx, a.seed, a.edit_rate, a.max_region_chars, a.copy_rate,
-                        realign, a.realign_rate, subst, a.subst_rate)
+                        realign, a.realign_rate, subst, a.subst_rate, a.site_weight)
     copy = MixedStream(train_texts, train_paths, tok, a.ctx, a.seed + 2, 1.0, 600, 1.0)
     held_texts = [read_source(f) for f in held_files]
     # evaluated apart: the answers of held-out edit tasks (does it copy and carry the change?) and
     # ordinary held-out samples (completion must not get worse)
-    held = MixedStream(held_texts, [f.name for f in held_files], tok, a.ctx, a.seed + 1, 1.0, a.max_region_chars)
+    held = MixedStream(held_texts, [f.name for f in held_files], tok, a.ctx, a.seed + 1, 1.0, a.max_region_chars,
+                       site_weight=a.site_weight)
     held_plain = MixedStream(held_texts, [f.name for f in held_files], tok, a.ctx, a.seed + 1, 0.0)
     tcfg = TrainConfig(steps=a.target_steps, batch_size=a.batch_size, lr=a.lr, warmup=a.warmup, ckpt_every=50,
                        log_every=10, eval_every=a.eval_every, eval_batches=a.eval_batches, device=a.device,

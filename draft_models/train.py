@@ -178,34 +178,42 @@ def evaluate_loss(model, stream: SampleStream, cfg: TrainConfig, teacher=None) -
     """Held-out next-token loss and accuracy (and agreement with `teacher` when given)."""
     model.eval()
     dev = next(model.parameters()).device
-    tot_loss = tot_ok = tot_agree = n = 0.0
+    tot_loss = tot_ok = tot_agree = n = site_ok = n_sites = 0.0
     for k in range(cfg.eval_batches):
-        x, y = (t.to(dev) for t in stream.batch(10_000_000 + k, cfg.batch_size))
+        x, y, *w = (t.to(dev) for t in stream.batch(10_000_000 + k, cfg.batch_size))
         logits = model(input_ids=x).logits
         mask = y != -100
         tot_loss += F.cross_entropy(logits[mask], y[mask], reduction="sum").item()  # host sync: eval only
         pred = logits.argmax(-1)
         tot_ok += (pred[mask] == y[mask]).sum().item()
+        if w:  # the positions a stream weighs up (an edit's changed tokens): their accuracy apart
+            sites = w[0] > 1
+            site_ok += (pred[sites] == y[sites]).sum().item()
+            n_sites += sites.sum().item()
         if teacher is not None:
             tpred = teacher(input_ids=x).logits.argmax(-1)
             tot_agree += (pred[mask] == tpred[mask]).sum().item()
         n += mask.sum().item()
     model.train()
     out = {"loss": tot_loss / n, "acc": tot_ok / n}
+    if n_sites:
+        out["site_acc"] = site_ok / n_sites
     if teacher is not None:
         out["agree"] = tot_agree / n
     return out
 
 
-def _padded(x: torch.Tensor, y: torch.Tensor, pad: int, grid: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+def _padded(x: torch.Tensor, y: torch.Tensor, *w: torch.Tensor, pad: int, grid: int = 64) -> tuple[torch.Tensor, ...]:
     """A batch as long as its longest row rounded up to `grid` (padding with no loss: causal
     attention keeps it from the rows' positions). Batches of every length made a new set of
-    kernels per shape: the edit fine-tune's memory grew from 5 to 11 GB in 30 minutes."""
+    kernels per shape: the edit fine-tune's memory grew from 5 to 11 GB in 30 minutes. `w`: the
+    loss's weight per position, when the stream gives one."""
     T = x.shape[1]
     extra = -T % grid
     if not extra:
-        return x, y
-    return F.pad(x, (0, extra), value=pad if pad is not None else 0), F.pad(y, (0, extra), value=-100)
+        return x, y, *w
+    return (F.pad(x, (0, extra), value=pad if pad is not None else 0), F.pad(y, (0, extra), value=-100),
+            *(F.pad(t, (0, extra), value=0.0) for t in w))
 
 
 def run_stage(name: str, model, train: SampleStream, heldout: SampleStream, cfg: TrainConfig,
@@ -241,7 +249,7 @@ def run_stage(name: str, model, train: SampleStream, heldout: SampleStream, cfg:
     for batch in batches(train, step, step if stopped else cfg.steps, cfg.batch_size, cfg.workers):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
-        x, y = (t.to(dev) for t in _padded(*batch, model.config.pad_token_id))
+        x, y, *w = (t.to(dev) for t in _padded(*batch, pad=model.config.pad_token_id))
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
             logits = model(input_ids=x).logits  # [B, T, V]
             if teacher is not None:
@@ -249,7 +257,10 @@ def run_stage(name: str, model, train: SampleStream, heldout: SampleStream, cfg:
                     tlogits = teacher(input_ids=x).logits
         mask = y != -100
         logits = logits.float()
-        if teacher is None:
+        if teacher is None and w:  # a weighted mean: a stream's weighed-up positions count more
+            ce = F.cross_entropy(logits[mask], y[mask], reduction="none")
+            loss = (ce * w[0][mask]).sum() / w[0][mask].sum()
+        elif teacher is None:
             loss = F.cross_entropy(logits[mask], y[mask])
         else:
             tlogits = tlogits.float()

@@ -295,3 +295,45 @@ def test_a_stage_ends_on_its_measured_accuracy_and_stays_ended(embedded_tokenize
     full = run_stage("t", new_model(ModelShape(32, 1, 2, 64), tok.get_vocab_size(), 160, tok, seed=0), stream, stream,
                      cfg, tmp_path, lines.append)
     assert full["steps"] == 12
+
+
+def test_site_weights_mark_the_tokens_an_edit_changes_and_weigh_the_loss(embedded_tokenizer, tmp_path):
+    """`--site-weight` (the fine-tune's lever on the skill its models lacked: carrying the change
+    to the next site, 0.57 of those tokens right where 0.98 of all answer tokens were): an edit
+    row's answer tokens that are not a copy of its region carry the weight, every other token 1;
+    the rows themselves are the same as without it; run_stage takes the weighted mean, and the
+    held-out evaluation reports those tokens' accuracy apart."""
+    import torch
+
+    from draft_models.finetune_edits import MixedStream, changed_positions
+    from draft_models.train import ModelShape, TrainConfig, new_model, run_stage
+
+    tok = embedded_tokenizer
+    enc = lambda s: tok.encode(s).ids  # noqa: E731
+    region, answer = "    path = join(root, name)\n    print(path)\n", "    where = join(root, name)\n    print(where)\n"
+    got = changed_positions(enc(region), enc(answer))
+    assert got and tok.decode([enc(answer)[j] for j in got]).replace(" ", "") == "wherewhere"
+    assert changed_positions(enc(region), enc(region)) == []
+
+    plain = MixedStream([SOURCE], ["a.py"], tok, 1024, seed=2, edit_rate=1.0, max_region_chars=400, copy_rate=0.0)
+    weighed = MixedStream([SOURCE], ["a.py"], tok, 1024, seed=2, edit_rate=1.0, max_region_chars=400, copy_rate=0.0,
+                          site_weight=5.0)
+    x0, y0 = plain.batch(0, 3)
+    x, y, w = weighed.batch(0, 3)
+    assert torch.equal(x, x0) and torch.equal(y, y0)
+    assert set(w[y != -100].tolist()) == {1.0, 5.0} and (w[y == -100] <= 1).all()
+    for b in range(x.shape[0]):  # the weighed targets are the ids the answer changed
+        start = int((y[b] != -100).nonzero()[0]) + 1  # the first answer id's position
+        end = int((y[b] != -100).nonzero()[-1])  # the last target: the end-of-text id
+        ids = x[b, : end + 1].tolist() + [int(y[b, end])]
+        sep = ids.index(tok.token_to_id("<fim_middle>"))
+        region_ids = ids[ids.index(tok.token_to_id("<fim_suffix>")) + 1: sep]
+        marked = {i + 1 for i in (w[b] == 5.0).nonzero().flatten().tolist()}
+        assert marked == {start + j for j in changed_positions(region_ids, ids[start:-1])}
+
+    cfg = TrainConfig(steps=3, batch_size=2, lr=1e-3, warmup=1, ckpt_every=100, log_every=1, eval_every=3,
+                      eval_batches=1, bf16=False)
+    lines = []
+    model = new_model(ModelShape(32, 1, 2, 64), tok.get_vocab_size(), 1024, tok, seed=0)
+    res = run_stage("w", model, weighed, weighed, cfg, tmp_path, lines.append)
+    assert 0 <= res["site_acc"] <= 1 and res["steps"] == 3
