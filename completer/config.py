@@ -76,6 +76,9 @@ class EngineConfig:
                              reload=True, trust=True)
     draft: str | None = opt(None, "draft model sharing the target's tokenizer (default: the embedded pair)",
                             reload=True, trust=True)
+    next_edit_model: str | None = opt(None, "a model of its own for next edits (an HF model directory, e.g. "
+                                      "draft_models/next_edit/target): it writes the rewrites, the target keeps "
+                                      "the completions; unset: the target writes both", reload=True, trust=True)
     device: str = opt("auto", "auto (CUDA when present) | cpu | cuda[:N]", reload=True,
                       check=(lambda v: v in ("auto", "cpu", "cuda") or v.startswith("cuda:"), "auto, cpu or cuda[:N]"),
                       project="no")

@@ -249,10 +249,12 @@ def check_model(s: Subject) -> Check:
         pair = f"target {st.get('target')}" + (f", draft {draft} (shares its tokenizer)" if draft else "")
     if not draft:
         pair += f", no draft model (drafter {v.get('drafter')})"
+    if st.get("next_edit_model"):
+        pair += f"; next edits by {st['next_edit_model']}"
     gate, edit_gate = st.get("min_confidence_in_force"), st.get("next_edit_min_confidence_in_force")
     details = {"target": st.get("target"), "draft": draft, "fim": st.get("fim"), "ctx": ctx,
                "device": st.get("device"), "draft_stored": st.get("draft_stored"), "min_confidence_in_force": gate,
-               "next_edit_min_confidence_in_force": edit_gate}
+               "next_edit_model": st.get("next_edit_model"), "next_edit_min_confidence_in_force": edit_gate}
     message = (f"{pair}; FIM {st.get('fim')}; context {ctx} tokens; "
                f"confidence gate {f'{gate:g}' if gate else 'off'}"
                + (f", next edits' {edit_gate:g}" if edit_gate else ""))

@@ -309,7 +309,7 @@ def test_site_weights_mark_the_tokens_an_edit_changes_and_weigh_the_loss(embedde
     from draft_models.train import ModelShape, TrainConfig, new_model, run_stage
 
     tok = embedded_tokenizer
-    enc = lambda s: tok.encode(s).ids  # noqa: E731
+    enc = lambda s: tok.encode(s).ids
     region, answer = "    path = join(root, name)\n    print(path)\n", "    where = join(root, name)\n    print(where)\n"
     got = changed_positions(enc(region), enc(answer))
     assert got and tok.decode([enc(answer)[j] for j in got]).replace(" ", "") == "wherewhere"

@@ -30,6 +30,8 @@ def _another(opt: config.Option, current, values: dict):
         return SPECIAL[opt.name]
     if opt.name in ("target", "draft"):
         return current.rstrip("/") + "/"  # the same model, another value: a reload
+    if opt.name == "next_edit_model":
+        return values["target"]  # the target writes the next edits too, from an engine of their own
     if opt.type is bool:
         return not current
     if m["choices"]:

@@ -186,6 +186,11 @@ class Engine:
         self.edit_k: AdaptiveK | None = None  # next edits' draft length, learnt across rewrites (a model
         # that never copies its region soon stops paying for long verifies)
         self.counters = dict.fromkeys(COUNTERS, 0)  # declared in stats.py: each is a metric
+        # next edits from a model of their own (next_edit_model): an engine of its own, drafting from
+        # the region as every rewrite does (no draft model), with its own caches and gate; the
+        # completions stay with this pair
+        self.editor = (Engine(replace(cfg, target=cfg.next_edit_model, draft=None, drafter="none", next_edit_model=None))
+                       if cfg.next_edit_model else None)
 
     def _count(self, **inc: int) -> None:
         with self._stats_lock:
@@ -226,6 +231,8 @@ class Engine:
 
     def forget(self, doc_key: str) -> bool:
         """The editor closed the document: free its caches unless a request is using them."""
+        if self.editor is not None and self.editor.forget(doc_key):
+            return True  # a next edit's key: its caches are the next-edit model's
         with self.sched.cond:
             self.records.pop(doc_key)
             if (ahead := self.prefetches.pop(doc_key)) is not None:
@@ -269,6 +276,8 @@ class Engine:
             self.budget = int(cfg.kv_budget_mb * 2**20)
             self._evict(self.sched.live)
         self.sched.reconfigure(_scheduler_config(cfg))
+        if self.editor is not None:
+            self.editor.reconfigure(**values)
 
     # -- prompts -----------------------------------------------------------------------------
     def prompt_budget(self, max_new: int | None = None) -> int:
@@ -517,6 +526,8 @@ class Engine:
     # -- next edits (completer/edits) -------------------------------------------------------------
     def edit_format(self, name: str = "auto") -> EditFormat:
         """The next-edit format `name`, or the one this model reads (formats.detect)."""
+        if self.editor is not None:
+            return self.editor.edit_format(name)
         try:
             return detect_edit_format(name, fim=self.fim.name, model=self.pair.target_name,
                                       has_token=lambda text: token_id(self.tok, text) is not None)
@@ -536,6 +547,8 @@ class Engine:
         """Whether rewrite(fmt=fmt) answers "untrained" at once, touching no model: `auto` on a
         pair of our format never taught next edits. Thread-safe (the language server then runs
         a next edit beside the engine's worker: only the syntax tree's rename can answer it)."""
+        if self.editor is not None:
+            return self.editor.edits_untrained(fmt)
         return fmt == "auto" and not self.edits_trained and self.edit_format(fmt).name == "completer"
 
     def rewrite(self, request: EditPrompt, *, fmt: str = "auto", doc_key: str = "_default",
@@ -547,7 +560,11 @@ class Engine:
         while the answer copies), else plain decoding; the ids are the same either way. At most
         `max_new` tokens (default: the region's tokens x 1.25 + 32), within the context (a prompt
         that fills it: no answer, stop_reason "context"). With "auto", a pair of our FIM format
-        that was not taught next edits answers nothing (stop_reason UNTRAINED)."""
+        that was not taught next edits answers nothing (stop_reason UNTRAINED). With a
+        next_edit_model, that model's engine answers."""
+        if self.editor is not None:
+            return self.editor.rewrite(request, fmt=fmt, doc_key=doc_key, max_new=max_new, speculative=speculative,
+                                       cancel=cancel)
         t0 = time.perf_counter()
         f = self.edit_format(fmt)
         if self.edits_untrained(fmt):
@@ -588,6 +605,8 @@ class Engine:
 
     def _edit_gate(self) -> float:
         """The next-edit gate's threshold in force: the option, else the model's calibration, else 0."""
+        if self.editor is not None:
+            return self.editor._edit_gate()
         return confidence.resolve(self.cfg.next_edit_min_confidence, self.calibrated_edit_confidence)
 
     def _edit_k(self, drafter: EditDrafter) -> AdaptiveK:
@@ -714,6 +733,9 @@ class Engine:
         self.progress(80, "measuring step costs")
         self.amx_rows = choose_amx_rows(self.pair, self.ctx, self.cfg)
         self.step_costs = measure_step_costs(self.pair, self.ctx, self.cfg)
+        if self.editor is not None:
+            self.progress(90, "warming the next-edit model")
+            self.editor.warm_start()
         self.progress(100, "ready")
         with self._stats_lock:
             self.counters = dict.fromkeys(self.counters, 0)
@@ -735,9 +757,20 @@ class Engine:
             for doc in [d for d in self.caches if d not in self.sched.live]:
                 del self.caches[doc]
             self.records.clear()
+        if self.editor is not None:
+            self.editor.close()
 
     def stats(self) -> dict:
+        """The engine's state and counters; with a next_edit_model, its counters are added in
+        (rewrites, tokens, stop reasons) and its model and caches named apart."""
         waiting, live = self.sched.depth()
+        counters = dict(self.counters)
+        editor = {}
+        if self.editor is not None:
+            e = self.editor.stats()
+            counters = {k: v + e[k] for k, v in counters.items()}
+            editor = {"next_edit_model": e["target"], "next_edit_weight_bytes": e["target_weight_bytes"],
+                      "next_edit_kv_bytes": e["kv_bytes"]}
         return {"target": self.pair.target_name, "draft": self.pair.draft_name,
                 "device": str(self.pair.device), "ctx": self.ctx, "fim": self.fim.layout,
                 "config": asdict(self.cfg), "prompt_budget": self.prompt_budget(),
@@ -752,7 +785,7 @@ class Engine:
                 "next_edit_min_confidence_in_force": self._edit_gate(),
                 "queue_waiting": waiting, "queue_live": live, "batch_steps": self.sched.batcher.steps,
                 "batched_calls": self.sched.batcher.batched_calls, "records": len(self.records),
-                "record_chars": self.records.chars, **self.counters}
+                "record_chars": self.records.chars, **editor, **counters}
 
 
 def _scheduler_config(cfg: EngineConfig) -> SchedulerConfig:

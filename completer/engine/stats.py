@@ -50,6 +50,8 @@ GAUGES = {
     "amx_rows": "rows from which the native step multiplies with AMX-BF16 (calibrated at start)",
     "min_confidence_in_force": "the confidence gate's threshold in force",
     "next_edit_min_confidence_in_force": "the next-edit confidence gate's threshold in force",
+    "next_edit_weight_bytes": "bytes of the next-edit model's weights (next_edit_model; absent without one)",
+    "next_edit_kv_bytes": "bytes of K/V memory the next-edit model's caches hold (a budget of kv_budget_mb of its own)",
     "queue_waiting": "requests waiting for the engine",
     "queue_live": "generations running",
     "batch_steps": "batched steps run",

@@ -40,7 +40,7 @@ local ACCEPT_CMD = 'completer.accepted'
 --- and the Lua type each must have.
 M.option_types = {
   -- engine
-  target = 'string', draft = 'string', device = 'string', dtype = 'string', quant = 'string',
+  target = 'string', draft = 'string', next_edit_model = 'string', device = 'string', dtype = 'string', quant = 'string',
   quant_groups = 'string', draft_quant = 'string', drafter = 'string', draft_len = 'number', max_draft_len = 'number',
   draft_vocab = 'number', max_new_tokens = 'number', temperature = 'number', top_p = 'number',
   kv_budget_mb = 'number', lean = 'boolean', seed = 'number', fim_format = 'string',
