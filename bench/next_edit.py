@@ -1085,6 +1085,8 @@ def main() -> int:
     ap.add_argument("--sdists", type=Path, help="a folder holding the packages' sdists (else pip downloads them)")
     ap.add_argument("--target")
     ap.add_argument("--draft")
+    ap.add_argument("--next-edit-model", help="next_edit_model: a model of its own writes the rewrites (the pair, "
+                                              "--target/--draft or the embedded one, is loaded beside it)")
     ap.add_argument("--format", help="next_edit_format (default: completer for the embedded pair, else auto)")
     ap.add_argument("--rename", choices=("first", "fallback", "off"), default="first",
                     help="the syntax tree's rename: before the model (the default), where the model gives nothing, never")
@@ -1108,8 +1110,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "next_edit.json")
     a = ap.parse_args()
-    if a.calibrate and not a.target:
-        ap.error("--calibrate writes to a model's config.json: give --target (and --draft)")
+    if a.calibrate and not (a.target or a.next_edit_model):
+        ap.error("--calibrate writes to a model's config.json: give --target (and --draft), or --next-edit-model")
     work = Path(tempfile.mkdtemp(prefix="next_edit_"))
     if a.latency:
         res = {"packages": list(PACKAGES),
@@ -1135,11 +1137,11 @@ def main() -> int:
     files = sources(fetch(list(PACKAGES), a.sdists, work))
     print(f"# {len(files)} files from {', '.join(PACKAGES)}; CPU: {machine()}", file=sys.stderr)
     global FORMAT, RENAME
-    FORMAT = a.format or ("auto" if a.target else "completer")
+    FORMAT = a.format or ("auto" if a.target or a.next_edit_model else "completer")
     RENAME = "off" if a.speed else a.rename  # speed: the model's rewrites, timed
     if a.lsp and a.rename != "first":
         raise SystemExit("--lsp measures the server's defaults: --rename is for the quality run")
-    opts = {k: v for k, v in (("target", a.target), ("draft", a.draft)) if v}
+    opts = {k: v for k, v in (("target", a.target), ("draft", a.draft), ("next_edit_model", a.next_edit_model)) if v}
     res = {"cpu": machine(), "packages": list(PACKAGES), "models": opts or "embedded pair", "format": FORMAT,
            "rename": RENAME}
     if a.lsp:
@@ -1157,7 +1159,7 @@ def main() -> int:
         else:
             kinds = a.kinds.split(",")
             if a.calibrate:
-                res["calibration"] = calibrate(engine, Path(a.target), kinds, a.n, a.noop, a.seed)
+                res["calibration"] = calibrate(engine, Path(a.next_edit_model or a.target), kinds, a.n, a.noop, a.seed)
                 engine.close()
                 engine = make_engine(**opts)  # the model as the product loads it: the new calibration in force
                 engine.warm_start()
