@@ -6,11 +6,13 @@ growing. `give_back()` hands the free pages back (`malloc_trim`); elsewhere (mac
 Windows) it does nothing."""
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import sys
 from functools import cache
 
 LARGE = 2**20  # bytes of a message after which what it freed is given back
+AFTER_S = 0.5  # after a large message: its handler and the next read have let go of its copies
 
 
 @cache
@@ -32,3 +34,20 @@ def give_back() -> bool:
         return False
     fn(0)
     return True
+
+
+_pending: list[asyncio.TimerHandle] = []  # the one scheduled, at most
+
+
+def give_back_soon(after_s: float | None = None) -> None:
+    """`give_back()` once a large message's copies are gone: `after_s` (AFTER_S) from now on the
+    running event loop, one pending at a time (a burst of large messages gives back once, after
+    the last); at once where no loop runs."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        give_back()
+        return
+    while _pending:
+        _pending.pop().cancel()
+    _pending.append(loop.call_later(AFTER_S if after_s is None else after_s, give_back))

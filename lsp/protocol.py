@@ -6,7 +6,6 @@ LSP protocol with those checks, initialize-once and shutdown rules, and document
 service (no second copy of each document)."""
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from typing import Any
@@ -32,7 +31,6 @@ from pygls.protocol import (
 from completer import memory
 
 log = logging.getLogger("completer.lsp")
-GIVE_BACK_AFTER_S = 0.5  # after a large message: its handler and the next read have let go of its copies
 MAX_BODY = 64 * 2**20      # bytes of one message (a 16 Mi-char document fits); larger: -32600, skipped
 MAX_DEPTH = 64             # JSON nesting; LSP messages need < 20, and handlers may walk what they get
 
@@ -170,20 +168,5 @@ def dispatch(ls: LanguageServer, body: bytes) -> None:
     except Exception:  # a bug of ours or pygls': logged, the loop goes on
         log.exception("message handling failed")
     if len(body) >= memory.LARGE:
-        _give_back_soon()
+        memory.give_back_soon()
 
-
-_give_back: list[asyncio.TimerHandle] = []  # the one pending, at most
-
-
-def _give_back_soon() -> None:
-    """What a large message freed goes back to the OS once its copies are gone (one pending at a
-    time: a burst of large messages gives back once, after the last)."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        memory.give_back()
-        return
-    while _give_back:
-        _give_back.pop().cancel()
-    _give_back.append(loop.call_later(GIVE_BACK_AFTER_S, memory.give_back))

@@ -181,7 +181,7 @@ def test_large_messages_give_their_freed_memory_back_once_after_a_burst(monkeypa
 
     calls = []
     monkeypatch.setattr(memory, "give_back", lambda: calls.append(time.monotonic()) or True)
-    monkeypatch.setattr(protocol, "GIVE_BACK_AFTER_S", 0.05)
+    monkeypatch.setattr(memory, "AFTER_S", 0.05)
     ls = build()
     big = json.dumps({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
         "uri": "file:///big.py", "languageId": "python", "version": 1, "text": "x = 1\n" * 200_000}}}).encode()

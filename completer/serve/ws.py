@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import WSMsgType, web
 
-from .. import netguard
+from .. import memory, netguard
 from ..client import Completion, StopReason
 from ..edits.formats import EditPrompt
 from . import protocol
@@ -54,6 +54,8 @@ async def websocket(service, request: web.Request) -> web.StreamResponse:
             reply = frame(service, conn, m.data)
             if reply is not None:
                 await ws.send_bytes(pack(reply))
+            if len(m.data) >= memory.LARGE:
+                memory.give_back_soon()  # what a large frame's copies freed (lsp.protocol.dispatch's rule)
     except ConnectionError:
         pass  # the peer went away mid-send: nothing left to answer
     finally:
