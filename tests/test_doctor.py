@@ -66,6 +66,7 @@ def test_default_setup_is_usable_and_says_what_each_check_found(workspace):
     assert c["model"]["status"] == "ok" and "embedded pair" in c["model"]["message"]
     assert c["model"]["details"]["min_confidence_in_force"] == 0.0  # the suite's user file, not the calibration
     assert c["model"]["details"]["next_edit_min_confidence_in_force"] == 0.0  # the embedded pair has none
+    assert c["model"]["details"]["next_edit_model"] is None and "next edits by" not in c["model"]["message"]
     assert c["native"]["status"] in ("ok", "warn")  # warn: this machine has no compiler (test below)
     ws = c["workspace"]
     assert ws["status"] == "ok" and ws["details"]["files"] == 2 and str(workspace) in ws["message"], ws
@@ -297,3 +298,14 @@ def test_neovim_doctor_command_and_checkhealth(workspace, tmp_path):
     health = "\n".join(got["health"])
     assert "completer doctor (the server's checks)" in health
     assert f"ERROR trial: {checks['trial']['message']}" in health and checks["trial"]["fix"] in health
+
+
+def test_the_model_check_names_a_next_edit_model_and_its_gate(workspace):
+    """`next_edit_model`: the check names the model beside the pair, and the gate in force is that
+    model's calibration (the candidate's 0.4 in its config.json), not the pair's (none)."""
+    model = str(ROOT / "draft_models" / "next_edit" / "target")
+    rc, out, c = report("--workspace", str(workspace), "--next-edit-model", model)
+    assert rc == 0 and c["model"]["status"] == "ok", out
+    assert c["model"]["details"]["next_edit_model"] == model and f"next edits by {model}" in c["model"]["message"]
+    cfg = json.loads((ROOT / "draft_models" / "next_edit" / "target" / "config.json").read_text())
+    assert c["model"]["details"]["next_edit_min_confidence_in_force"] == cfg["completer_next_edit_min_confidence"] > 0
