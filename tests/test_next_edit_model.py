@@ -44,6 +44,11 @@ def test_the_next_edit_model_writes_the_rewrites_and_the_pair_the_completions(ti
         assert st["rewrites"] == 1 and st["requests"] == 2 and st["next_edit_weight_bytes"] > 0
         assert st["next_edit_kv_bytes"] > 0 and st["kv_cached_documents"] == 1  # the rewrite's cache is the editor's
         assert both.forget("e") and both.stats()["next_edit_kv_bytes"] == 0
+        both.complete(prefix, "\n", doc_key="d.py", max_new=2)  # one key for both (completer serve's): one forget
+        both.rewrite(REQ, doc_key="d.py")
+        assert both.stats()["kv_cached_documents"] == 2 and both.stats()["next_edit_kv_bytes"] > 0
+        assert both.forget("d.py") and both.stats()["next_edit_kv_bytes"] == 0
+        assert both.stats()["kv_cached_documents"] == 1  # c.py's
         both.reconfigure(next_edit_min_confidence=1.0)  # the live options reach the next-edit model too
         assert both.stats()["next_edit_min_confidence_in_force"] == 1.0
         assert both.rewrite(REQ, doc_key="e").stop_reason == "unsure" and both.stats()["rewrites_unsure"] == 1

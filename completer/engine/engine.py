@@ -231,14 +231,13 @@ class Engine:
 
     def forget(self, doc_key: str) -> bool:
         """The editor closed the document: free its caches unless a request is using them."""
-        if self.editor is not None and self.editor.forget(doc_key):
-            return True  # a next edit's key: its caches are the next-edit model's
+        edits = self.editor is not None and self.editor.forget(doc_key)  # the next-edit model's, under the same key
         with self.sched.cond:
             self.records.pop(doc_key)
             if (ahead := self.prefetches.pop(doc_key)) is not None:
                 ahead.forgotten = True  # a queued prefetch is skipped; a running one drops the cache after
             if doc_key in self.sched.live or doc_key not in self.caches:
-                return False
+                return edits
             del self.caches[doc_key]
             self.sched.kick()  # a waiting ticket may fit now
             return True
