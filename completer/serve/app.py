@@ -75,7 +75,8 @@ class EngineService:
                 "device": str(engine.pair.device), "ctx": engine.ctx, "fim": engine.fim.layout,
                 "max_new_tokens": engine.cfg.max_new_tokens, "max_draft_len": engine.cfg.max_draft_len,
                 "prompt_budget": engine.prompt_budget(),
-                "chars_per_token": round(len(sample) / max(engine.count_tokens(sample), 1), 3)}
+                "chars_per_token": round(len(sample) / max(engine.count_tokens(sample), 1), 3),
+                "next_edit_model": engine.editor.pair.target_name if engine.editor is not None else None}
             self.model_id = engine.pair.target_name
             self.engine = engine
             self.ready = True
