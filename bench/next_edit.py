@@ -164,7 +164,7 @@ def quality(engine, tasks_by_kind, noop_by_kind) -> dict:
         res[kind]["noop_suggested_by"] = dict(Counter(shown))
         res[kind]["noop_tasks"] = len(tasks)
         # the model's suggestions where nothing should change, with their scores (see model_by_confidence)
-        res[kind]["noop_model_confidence"] = sorted(round(ne.confidence, 3) for ne in answers
+        res[kind]["noop_model_confidence"] = sorted(ne.confidence for ne in answers
                                                     if ne.edits and ne.source == "model" and ne.confidence is not None)
     return res
 
