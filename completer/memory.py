@@ -39,10 +39,10 @@ def give_back() -> bool:
 _pending: list[asyncio.TimerHandle] = []  # the one scheduled, at most
 
 
-def give_back_soon(after_s: float | None = None) -> None:
-    """`give_back()` once a large message's copies are gone: `after_s` (AFTER_S) from now on the
-    running event loop, one pending at a time (a burst of large messages gives back once, after
-    the last); at once where no loop runs."""
+def give_back_soon() -> None:
+    """`give_back()` once a large message's copies are gone: AFTER_S from now on the running event
+    loop, one pending at a time (a burst of large messages gives back once, after the last); at
+    once where no loop runs."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
@@ -50,4 +50,4 @@ def give_back_soon(after_s: float | None = None) -> None:
         return
     while _pending:
         _pending.pop().cancel()
-    _pending.append(loop.call_later(AFTER_S if after_s is None else after_s, give_back))
+    _pending.append(loop.call_later(AFTER_S, give_back))

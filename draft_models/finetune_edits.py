@@ -51,11 +51,11 @@ def to_batch(rows: list[tuple[list[int], list[int]]], pad: int,
     T = max(len(ids) for ids, _ in rows)
     x = torch.full((len(rows), T), pad, dtype=torch.long)
     y = torch.full_like(x, -100)
-    w = torch.zeros(len(rows), T)
+    w = torch.zeros(len(rows), T) if weights is not None else None
     for b, (ids, labels) in enumerate(rows):
         x[b, : len(ids)] = torch.tensor(ids)
         y[b, : len(ids) - 1] = torch.tensor(labels[1:])
-        if weights is not None:
+        if w is not None:
             w[b, : len(ids) - 1] = torch.tensor(weights[b][1:])
     return (x, y) if weights is None else (x, y, w)
 
@@ -93,8 +93,8 @@ class MixedStream:
                 continue
             ids, start = sample_ids(task, self.tok, self.enc)
             if len(ids) <= self.seq_len:
-                region, answer = task.region_text(), task.region_text(task.expected)
-                sites = changed_positions(self.enc(region), self.enc(answer)) if self.site_weight != 1 else []
+                # the answer's ids are ids[start:-1] (then the end-of-text id); the region's, encoded alike
+                sites = changed_positions(self.enc(task.region_text()), ids[start:-1]) if self.site_weight != 1 else []
                 return ids, start, [start + j for j in sites]
         return None
 
@@ -121,7 +121,7 @@ class MixedStream:
         rng = random.Random(self.seed * 1_000_003 + step)
         edits = rng.random() < self.edit_rate
         rows: list[tuple[list[int], list[int]]] = []  # (ids, labels: the id each position predicts, or -100)
-        weights: list[list[float]] = []
+        weights: list[list[float]] | None = [] if self.site_weight != 1 else None
         for _ in range(batch_size * 2 if edits else batch_size):
             sites: list[int] = []
             if edits and self.realign_rate and rng.random() < self.realign_rate:
@@ -132,11 +132,12 @@ class MixedStream:
                 got = (self._copy(rng) + ([],) if rng.random() < self.copy_rate else self._edit(rng)) if edits else None
                 ids, start, sites = got if got else (self.plain.sample(rng), 0, [])
                 rows.append((ids, [-100] * start + ids[start:]))
-            w = [1.0] * len(rows[-1][0])
-            for p in sites:
-                w[p] = self.site_weight
-            weights.append(w)
-        return to_batch(rows, self.pad, weights if self.site_weight != 1 else None)
+            if weights is not None:
+                w = [1.0] * len(rows[-1][0])
+                for p in sites:
+                    w[p] = self.site_weight
+                weights.append(w)
+        return to_batch(rows, self.pad, weights)
 
 
 class InductionStream:
