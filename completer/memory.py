@@ -14,7 +14,7 @@ from functools import cache
 LARGE = 2**20  # bytes of a message after which what it freed is given back
 # seconds after a large message: its handler and the next read have let go of its copies by the
 # first; the later ones catch what the work it started frees (a 10 MB document's parse, a completion
-# over it), which on a slow or busy machine outlives the first (RSS stayed 11 % up in a CI run)
+# over it), which on a slow or busy machine outlives the first (the transport fuzz read RSS 11 % up in a test run)
 AFTER_S = (0.5, 3.0, 10.0)
 
 

@@ -171,7 +171,7 @@ async def test_one_mb_line_through_the_language_server(client: LanguageClient):
 
 
 # -- freed memory goes back to the OS ----------------------------------------------------------------
-def test_large_messages_give_their_freed_memory_back_once_after_a_burst(monkeypatch):
+def test_large_messages_give_their_freed_memory_back_after_a_burst(monkeypatch):
     """glibc keeps what a 10 MB message freed as resident free heap (RSS swung 40 MB between large
     documents in the transport fuzz); after a large message the server calls malloc_trim at each
     of memory.AFTER_S (what the message's work frees later comes back too), for a burst only
@@ -193,14 +193,19 @@ def test_large_messages_give_their_freed_memory_back_once_after_a_burst(monkeypa
         await asyncio.sleep(0.2)
         assert calls == []
         for _ in range(3):
+            sent = time.monotonic()
             protocol.dispatch(ls, big)
         for _ in range(200):  # the timers fire once the burst is over
             if len(calls) == 2:
                 break
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.4)
-    asyncio.run(run())
-    assert len(big) >= memory.LARGE and len(calls) == 2 and calls[1] - calls[0] >= 0.2
+        return sent
+
+    sent = asyncio.run(run())
+    # a timer never fires before its time (asyncio's clock resolution aside): the second came 0.3 s
+    # after the last message at the earliest, however late a loaded machine runs the first
+    assert len(big) >= memory.LARGE and len(calls) == 2 and calls[1] >= sent + 0.29
 
 
 def test_give_back_trims_where_glibc_is():
