@@ -255,6 +255,26 @@ class SubstituteStream:
         return to_batch([self.row(rng) for _ in range(batch_size)], self.pad)
 
 
+def seeds_seen(src: Path) -> list[int]:
+    """The seeds of the edit fine-tunes a pair has been through, oldest first, as its
+    build_summary.json records them (none: a pair never fine-tuned here, or one from before the
+    record)."""
+    path = src / "build_summary.json"
+    if not path.is_file():
+        return []
+    return [int(x) for x in json.loads(path.read_text()).get("edits_finetune", {}).get("seeds", [])]
+
+
+def pick_seed(seen: list[int], requested: int | None) -> tuple[int, bool]:
+    """(the seed to train with, whether it repeats one in `seen`): `requested`, else the first
+    not in `seen` (a stream is a pure function of seed and step: the same seed would show a
+    continuation the very tasks its source learnt, from step 0 — what the runs from the fifth to
+    the thirteenth did, MODEL_CARD.md run 14)."""
+    if requested is not None:
+        return requested, requested in seen
+    return next(s for s in range(len(seen) + 1) if s not in seen), False
+
+
 def _load(d: Path, ctx: int):
     from transformers import LlamaForCausalLM
 
@@ -283,7 +303,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--edit-rate", type=float, default=0.7)
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--max-region-chars", type=int, default=1200, help="shorter regions: an easier start")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=None,
+                    help="the tasks' order (a pure function of seed and step); default: one the source's record "
+                         "(build_summary.json, edits_finetune.seeds) has not used, so a continuation sees new "
+                         "tasks (the same seed repeats the same tasks from step 0), else 0")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--device", default="cpu", help="cuda where a GPU is lent (draft_models/gpu_finetune.sh)")
     ap.add_argument("--workers", type=int, default=0, help="processes making batches ahead (with --device cuda)")
@@ -308,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
                          "carries to: a few of a region's hundred tokens); held-out evaluations then report "
                          "their accuracy apart (site_acc)")
     a = ap.parse_args(argv)
+    seen = seeds_seen(a.src)
+    a.seed, repeat = pick_seed(seen, a.seed)
     if a.threads:
         torch.set_num_threads(a.threads)
     a.run_dir.mkdir(parents=True, exist_ok=True)
@@ -318,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         with open(a.run_dir / "log.txt", "a") as f:
             f.write(line + "\n")
 
+    if repeat:
+        log(f"warning: seed {a.seed} was used before on {a.src} ({seen}): its tasks repeat from step 0")
     torch.manual_seed(a.seed)
     tok = Tokenizer.from_file(str(a.src / "target" / "tokenizer.json"))
     train_files, held_files = corpus_files(split="train"), corpus_files(split="heldout")
@@ -342,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
                        workers=a.workers)
     dcfg = replace(tcfg, steps=a.draft_steps, lr=a.lr * 5 / 3)
     log(f"fine-tune for next edits: ctx {a.ctx}, {len(train_files)} train / {len(held_files)} held-out files, "
-        f"edit rate {a.edit_rate}, target {asdict(tcfg)}, draft steps {a.draft_steps}")
+        f"edit rate {a.edit_rate}, seed {a.seed} (the source's: {seen}), target {asdict(tcfg)}, draft steps {a.draft_steps}")
     target = _load(a.src / "target", a.ctx)
     if a.induction_steps:
         ind = InductionStream(ranked[:2048], tok, a.seed + 3)
@@ -389,7 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     summary_path = a.out / "build_summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     summary["edits_finetune"] = {"ctx": a.ctx, "edit_rate": a.edit_rate, "target": tres, "draft": dres,
-                                 "target_train": asdict(tcfg), "draft_train": asdict(dcfg)}
+                                 "target_train": asdict(tcfg), "draft_train": asdict(dcfg),
+                                 "seeds": [*seen, a.seed]}
     summary["ctx"] = a.ctx
     summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     log(f"wrote {a.out}")

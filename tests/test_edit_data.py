@@ -337,3 +337,19 @@ def test_site_weights_mark_the_tokens_an_edit_changes_and_weigh_the_loss(embedde
     model = new_model(ModelShape(32, 1, 2, 64), tok.get_vocab_size(), 1024, tok, seed=0)
     res = run_stage("w", model, weighed, weighed, cfg, tmp_path, lines.append)
     assert 0 <= res["site_acc"] <= 1 and res["steps"] == 3
+
+
+def test_a_continuation_trains_on_tasks_its_source_has_not_seen(tmp_path):
+    """The fine-tune's streams are pure functions of (seed, step): a continuation with its source's
+    seed would learn the same tasks again from step 0. The default seed is one the source's
+    record has not used; one asked for that was used is kept, and said to repeat."""
+    from draft_models.finetune_edits import pick_seed, seeds_seen
+
+    assert seeds_seen(tmp_path) == []  # no record: a pair never fine-tuned here
+    assert pick_seed([], None) == (0, False)
+    (tmp_path / "build_summary.json").write_text('{"edits_finetune": {"seeds": [0, 11]}}')
+    seen = seeds_seen(tmp_path)
+    assert seen == [0, 11]
+    assert pick_seed(seen, None) == (1, False)
+    assert pick_seed([0, 1, 2], None) == (3, False)
+    assert pick_seed(seen, 11) == (11, True) and pick_seed(seen, 5) == (5, False)
