@@ -39,7 +39,18 @@ def give_back() -> bool:
     return True
 
 
-_pending: list[asyncio.TimerHandle] = []  # the last large message's, at most
+_pending: list[asyncio.TimerHandle] = []  # the last large message's trims not run yet, soonest first
+
+
+def pending() -> int:
+    """Trims scheduled and not run yet (the language server's stats report it: what a reading of
+    its memory taken now may still hold)."""
+    return len(_pending)
+
+
+def _scheduled() -> None:
+    _pending.pop(0)  # timers run in the order of AFTER_S (ascending): this one is the soonest
+    give_back()
 
 
 def give_back_soon() -> None:
@@ -53,4 +64,4 @@ def give_back_soon() -> None:
         return
     while _pending:
         _pending.pop().cancel()
-    _pending.extend(loop.call_later(s, give_back) for s in AFTER_S)
+    _pending.extend(loop.call_later(s, _scheduled) for s in AFTER_S)

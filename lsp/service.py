@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pygls.uris import to_fs_path
 
-from completer import config, doctor, errors
+from completer import config, doctor, errors, memory
 from completer.client import Chunk, EngineClient, EngineError, accepted_count
 from completer.config import needs_reload
 from completer.documents import Document, Documents, PositionError, offset_at, parser_count
@@ -742,6 +742,7 @@ class Service:
                 "acceptance_rate": round(c["accepted"] / judged, 4) if judged else None,
                 "accepted_char_rate": round(c["accepted_chars"] / c["shown_chars"], 4) if c["shown_chars"] else None,
                 "gate_reasons": dict(self.gates), "engine_stats": engine_stats,
+                "memory_give_backs_pending": memory.pending(),  # completer/memory.py's trims still to run
                 # what each request reads now (secrets left out); the engine's own in engine_stats.config
                 "options": {n: v for n, v in self.options.values().items() if not config.OPTIONS[n].meta["secret"]},
                 "workspace": self.index.stats() if self.index is not None else None,

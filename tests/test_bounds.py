@@ -195,11 +195,13 @@ def test_large_messages_give_their_freed_memory_back_after_a_burst(monkeypatch):
         for _ in range(3):
             sent = time.monotonic()
             protocol.dispatch(ls, big)
+        assert memory.pending() == 2  # the last message's two, the burst's earlier ones cancelled
         for _ in range(200):  # the timers fire once the burst is over
             if len(calls) == 2:
                 break
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.4)
+        assert memory.pending() == 0
         return sent
 
     sent = asyncio.run(run())
