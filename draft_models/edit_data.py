@@ -70,10 +70,32 @@ def random_region(text: str, line: int, col: int, scope: tuple[int, int], rng: r
     return max(0, lo), min(n, max(hi, line + 1))
 
 
+def parse_kind_weights(spec: str) -> tuple[float, ...]:
+    """`rename_local=0.5,literal=0.1,...` → one weight per KINDS entry (a kind left out: its
+    KIND_WEIGHTS share); a clear ValueError for an unknown kind or a weight that is not ≥ 0."""
+    weights = dict(zip(KINDS, KIND_WEIGHTS, strict=True))
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        name, sep, value = part.partition("=")
+        if not sep or name.strip() not in weights:
+            raise ValueError(f"kind weight {part!r}: expected KIND=WEIGHT with KIND one of {', '.join(KINDS)}")
+        try:
+            w = float(value)
+        except ValueError:
+            raise ValueError(f"kind weight {part!r}: {value!r} is not a number") from None
+        if not w >= 0:
+            raise ValueError(f"kind weight {part!r}: a weight is ≥ 0")
+        weights[name.strip()] = w
+    if not any(weights.values()):
+        raise ValueError("kind weights: at least one kind needs a weight above 0")
+    return tuple(weights[k] for k in KINDS)
+
+
 def make_task(text: str, path: str, rng: random.Random, kind: str | None = None,
               region_rule: RegionRule = random_region, max_region_chars: int = 1400,
-              noop_rate: float = NOOP_RATE, tries: int = 8) -> EditTask | None:
-    """One task from `text` (None when the file has no usable site of that kind)."""
+              noop_rate: float = NOOP_RATE, tries: int = 8,
+              weights: tuple[float, ...] = KIND_WEIGHTS) -> EditTask | None:
+    """One task from `text` (None when the file has no usable site of that kind); without
+    `kind`, one drawn by `weights` (one per KINDS entry)."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
@@ -83,7 +105,7 @@ def make_task(text: str, path: str, rng: random.Random, kind: str | None = None,
     for ln in lines:
         starts.append(starts[-1] + len(ln))
     for _ in range(tries):
-        k = kind or rng.choices(KINDS, KIND_WEIGHTS)[0]
+        k = kind or rng.choices(KINDS, weights)[0]
         got = _GROUPS[k](tree, lines, starts, rng)
         if not got:
             continue

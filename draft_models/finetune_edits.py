@@ -38,7 +38,7 @@ from tokenizers import Tokenizer
 
 from . import DEFAULT_DIR
 from .data import PAD, corpus_files, read_source
-from .edit_data import make_task, own_sample_ids, sample_ids
+from .edit_data import KIND_WEIGHTS, KINDS, make_task, own_sample_ids, parse_kind_weights, sample_ids
 from .tokenizer import save_hf_tokenizer
 from .train import SampleStream, TrainConfig, evaluate_loss, run_stage
 
@@ -74,7 +74,9 @@ class MixedStream:
     def __init__(self, texts: list[str], paths: list[str], tok: Tokenizer, seq_len: int, seed: int,
                  edit_rate: float = 0.5, max_region_chars: int = 1400, copy_rate: float = 0.0,
                  realign: RealignStream | None = None, realign_rate: float = 0.0,
-                 subst: SubstituteStream | None = None, subst_rate: float = 0.0, site_weight: float = 1.0):
+                 subst: SubstituteStream | None = None, subst_rate: float = 0.0, site_weight: float = 1.0,
+                 kind_weights: tuple[float, ...] = KIND_WEIGHTS):
+        self.kind_weights = kind_weights  # the edit kinds' mix (edit_data.KINDS order)
         self.texts, self.paths, self.tok, self.seq_len, self.seed = texts, paths, tok, seq_len, seed
         self.edit_rate, self.max_region_chars, self.copy_rate = edit_rate, max_region_chars, copy_rate
         self.realign, self.realign_rate = realign, realign_rate if realign is not None else 0.0
@@ -88,7 +90,8 @@ class MixedStream:
         """An edit task's ids, where its answer starts, and the ids' positions the edit changed."""
         for _ in range(20):
             i = rng.randrange(len(self.texts))
-            task = make_task(self.texts[i], self.paths[i], rng, max_region_chars=self.max_region_chars)
+            task = make_task(self.texts[i], self.paths[i], rng, max_region_chars=self.max_region_chars,
+                             weights=self.kind_weights)
             if task is None:
                 continue
             ids, start = sample_ids(task, self.tok, self.enc)
@@ -283,6 +286,38 @@ def _load(d: Path, ctx: int):
     return m
 
 
+def grow_layers(model, n: int) -> list[int]:
+    """Deepen a Llama `model` to `n` layers without changing what it computes: each new layer is
+    a copy of the one it follows (its attention and MLP start from patterns that already work)
+    with the two projections that write into the residual stream (o_proj, down_proj) zeroed, so
+    it adds nothing until the fine-tune teaches it to. New layers follow evenly spaced old ones.
+    Returns the new layers' indices (none when the model has `n` layers or more)."""
+    import copy
+
+    old = list(model.model.layers)
+    extra = n - len(old)
+    if extra <= 0:
+        return []
+    after = [round((i + 1) * len(old) / extra) - 1 for i in range(extra)]  # the old layers they follow
+    layers, added = [], []
+    for i, layer in enumerate(old):
+        layers.append(layer)
+        for _ in range(after.count(i)):
+            dup = copy.deepcopy(layer)
+            torch.nn.init.zeros_(dup.self_attn.o_proj.weight)
+            torch.nn.init.zeros_(dup.mlp.down_proj.weight)
+            added.append(len(layers))
+            layers.append(dup)
+    model.model.layers = torch.nn.ModuleList(layers)
+    for i, layer in enumerate(layers):
+        layer.self_attn.layer_idx = i  # the KV cache's slot
+    model.config.num_hidden_layers = n
+    types = getattr(model.config, "layer_types", None)
+    if types:
+        model.config.layer_types = [types[0]] * n
+    return added
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m draft_models.finetune_edits", description=__doc__)
     ap.add_argument("--src", type=Path, default=DEFAULT_DIR, help="the pair to start from")
@@ -330,7 +365,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="the loss's weight on an edit answer's changed tokens (the sites the history's change "
                          "carries to: a few of a region's hundred tokens); held-out evaluations then report "
                          "their accuracy apart (site_acc)")
+    ap.add_argument("--kind-weights", default="",
+                    help="the edit kinds' mix, KIND=WEIGHT,... over " + ", ".join(KINDS) + " (a kind left out keeps "
+                         "its default share: " + ", ".join(f"{k}={w}" for k, w in zip(KINDS, KIND_WEIGHTS, strict=True))
+                         + "); held-out evaluations keep the default mix")
+    ap.add_argument("--grow-layers", type=int, default=0,
+                    help="deepen the target to this many layers first (grow_layers: new layers start as identities)")
     a = ap.parse_args(argv)
+    try:
+        kind_weights = parse_kind_weights(a.kind_weights)
+    except ValueError as e:
+        ap.error(str(e))
     seen = seeds_seen(a.src)
     a.seed, repeat = pick_seed(seen, a.seed)
     if a.threads:
@@ -356,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     realign = RealignStream(ordinary, tok, a.seed + 4)
     subst = SubstituteStream(train_texts, ordinary, tok, a.seed + 5)
     train = MixedStream(train_texts, train_paths, tok, a.ctx, a.seed, a.edit_rate, a.max_region_chars, a.copy_rate,
-                        realign, a.realign_rate, subst, a.subst_rate, a.site_weight)
+                        realign, a.realign_rate, subst, a.subst_rate, a.site_weight, kind_weights)
     copy = MixedStream(train_texts, train_paths, tok, a.ctx, a.seed + 2, 1.0, 600, 1.0)
     held_texts = [read_source(f) for f in held_files]
     # evaluated apart: the answers of held-out edit tasks (does it copy and carry the change?) and
@@ -369,8 +414,12 @@ def main(argv: list[str] | None = None) -> int:
                        workers=a.workers)
     dcfg = replace(tcfg, steps=a.draft_steps, lr=a.lr * 5 / 3)
     log(f"fine-tune for next edits: ctx {a.ctx}, {len(train_files)} train / {len(held_files)} held-out files, "
-        f"edit rate {a.edit_rate}, seed {a.seed} (the source's: {seen}), target {asdict(tcfg)}, draft steps {a.draft_steps}")
+        f"edit rate {a.edit_rate}, kinds {dict(zip(KINDS, kind_weights, strict=True))}, seed {a.seed} (the source's: "
+        f"{seen}), target {asdict(tcfg)}, draft steps {a.draft_steps}")
     target = _load(a.src / "target", a.ctx)
+    added = grow_layers(target, a.grow_layers)
+    if added:
+        log(f"grown to {a.grow_layers} layers: new (identity at first) at {added}")
     if a.induction_steps:
         ind = InductionStream(ranked[:2048], tok, a.seed + 3)
         ires = run_stage("induction-target", target, ind, InductionStream(ranked[:2048], tok, a.seed + 13),
@@ -415,7 +464,8 @@ def main(argv: list[str] | None = None) -> int:
         tmp.rename(d)
     summary_path = a.out / "build_summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-    summary["edits_finetune"] = {"ctx": a.ctx, "edit_rate": a.edit_rate, "target": tres, "draft": dres,
+    summary["edits_finetune"] = {"ctx": a.ctx, "edit_rate": a.edit_rate, "kind_weights": dict(zip(KINDS, kind_weights, strict=True)),
+                                 "layers": target.config.num_hidden_layers, "target": tres, "draft": dres,
                                  "target_train": asdict(tcfg), "draft_train": asdict(dcfg),
                                  "seeds": [*seen, a.seed]}
     summary["ctx"] = a.ctx

@@ -353,3 +353,59 @@ def test_a_continuation_trains_on_tasks_its_source_has_not_seen(tmp_path):
     assert pick_seed(seen, None) == (1, False)
     assert pick_seed([0, 1, 2], None) == (3, False)
     assert pick_seed(seen, 11) == (11, True) and pick_seed(seen, 5) == (5, False)
+
+
+def test_kind_weights_set_the_mix_and_bad_ones_are_refused():
+    """--kind-weights: a kind left out keeps its default share; a kind weighed 0 is never drawn;
+    an unknown kind, a weight that is no number or below 0, or all zero: a clear error."""
+    from draft_models.edit_data import KIND_WEIGHTS, parse_kind_weights
+    from draft_models.finetune_edits import main
+
+    assert parse_kind_weights("") == KIND_WEIGHTS
+    w = parse_kind_weights("rename_local=0.5, remove_arg=0")
+    assert w[KINDS.index("rename_local")] == 0.5 and w[KINDS.index("remove_arg")] == 0
+    assert w[KINDS.index("literal")] == KIND_WEIGHTS[KINDS.index("literal")]
+    only = parse_kind_weights(",".join(f"{k}={int(k == 'rename_attr')}" for k in KINDS))
+    rng = random.Random(3)
+    tasks = [make_task(SOURCE, "store.py", rng, weights=only, noop_rate=1.0) for _ in range(30)]
+    assert {t.kind for t in tasks if t is not None} == {"rename_attr"}
+    for bad, says in (("renames=1", "KIND one of"), ("literal", "KIND=WEIGHT"), ("literal=x", "not a number"),
+                      ("literal=-1", "≥ 0"), ("literal=nan", "≥ 0"),
+                      (",".join(f"{k}=0" for k in KINDS), "above 0")):
+        with pytest.raises(ValueError, match=says):
+            parse_kind_weights(bad)
+    with pytest.raises(SystemExit) as e:  # the recipe refuses it before it loads anything
+        main(["--kind-weights", "renames=1"])
+    assert e.value.code == 2
+
+
+def test_grown_layers_compute_the_same_until_trained(tmp_path):
+    """--grow-layers: the deeper model gives the same logits (and the same greedy tokens through
+    its KV cache) as the one it grew from, saves and loads as an ordinary Llama of that depth,
+    and its new layers learn (their zeroed projections move on the first step)."""
+    import torch
+    from conftest import random_llama
+    from transformers import LlamaForCausalLM
+
+    from draft_models.finetune_edits import grow_layers
+
+    m = random_llama(32, 3, seed=7)
+    x = torch.randint(1, 64, (1, 20))
+    before = m(x).logits
+    gen_before = m.generate(x, max_new_tokens=8, do_sample=False)
+    assert grow_layers(m, 3) == [] and grow_layers(m, 2) == []
+    added = grow_layers(m, 5)
+    assert len(added) == 2 and len(m.model.layers) == 5 and m.config.num_hidden_layers == 5
+    assert [layer.self_attn.layer_idx for layer in m.model.layers] == list(range(5))
+    assert torch.equal(m(x).logits, before)
+    assert torch.equal(m.generate(x, max_new_tokens=8, do_sample=False), gen_before)
+    m.save_pretrained(tmp_path / "grown")
+    back = LlamaForCausalLM.from_pretrained(tmp_path / "grown", torch_dtype=torch.float64).eval()
+    assert back.config.num_hidden_layers == 5 and torch.equal(back(x).logits, before)
+    m.train()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    m(x, labels=x).loss.backward()
+    opt.step()
+    for i in added:
+        assert m.model.layers[i].self_attn.o_proj.weight.abs().sum() > 0
+        assert m.model.layers[i].mlp.down_proj.weight.abs().sum() > 0
