@@ -14,6 +14,8 @@ resumed from there like build.py's:
    them copy tasks, --realign-rate realign rows) and the ordinary plain/FIM samples of the first
    recipe at the new length, so that completion does not get worse;
 4. the draft distilled again from the fine-tuned target on the same mix.
+--kind-weights sets the edit kinds' mix (edit_data.KIND_WEIGHTS by default); --grow-layers
+deepens the target before any stage (grow_layers: it computes the same until trained).
 The defaults are the first run draft_models/MODEL_CARD.md reports; the second went on from it with
 --induction-steps 0 --realign-steps 500 --realign-rate 0.15 --target-steps 1100 (neither was
 enough: not shipped).
