@@ -302,7 +302,7 @@ def test_neovim_doctor_command_and_checkhealth(workspace, tmp_path):
 
 def test_the_model_check_names_a_next_edit_model_and_its_gate(workspace):
     """`next_edit_model`: the check names the model beside the pair, and the gate in force is that
-    model's calibration (the candidate's 0.4 in its config.json), not the pair's (none)."""
+    model's calibration (completer_next_edit_min_confidence in its config.json), not the pair's (none)."""
     model = str(ROOT / "draft_models" / "next_edit" / "target")
     rc, out, c = report("--workspace", str(workspace), "--next-edit-model", model)
     assert rc == 0 and c["model"]["status"] == "ok", out
