@@ -21,6 +21,8 @@ default options). The history is OLD → FILE, as `completer next-edit --before`
   --target) first makes the same tasks from the stdlib's held-out split, picks the lowest
   threshold whose shown answers are exact at least as often as wrong and writes it to the
   target's config.json; the packages' code is then measured with it in force (never tuned on it).
+  Calibrate with the servers' defaults (no `--rename`, so the table holds the answers the model
+  shows in an editor) and enough tasks: the shipped gate came from `--n 30 --noop 10`.
 - `--speed`: regions of 20-40 lines decoded twice, speculative (the region's tokens drafted by
   EditDrafter) and plain, the same greedy outputs (checked), both with the prompt already in
   the document's KV cache (a first run puts it there), 3 times each interleaved, the fastest of
